@@ -1,0 +1,3 @@
+from ascend_doctor.agent.cli import main
+
+main()

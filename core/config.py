@@ -1,0 +1,288 @@
+"""The doctor's configuration: one TOML file, every key with a default.
+
+Validated at start-up: an error names the file, the line when it can be found,
+the key, the value and what was expected, and stops start-up.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, get_args, get_origin, get_type_hints
+
+from ascend_doctor.core.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """How the supervised ``vllm serve`` is started, probed and stopped."""
+
+    health_url: str = ""
+    """Base URL for /health; empty derives it from the command's --host/--port."""
+    start_timeout: float = 900.0
+    """Seconds a start may take until /health answers 200 (model loading is slow)."""
+    health_interval: float = 0.5
+    """Seconds between /health probes while starting."""
+    probe_interval: float = 5.0
+    """Seconds between /health probes while running."""
+    probe_failures: int = 3
+    """Consecutive failed probes of a running server before it counts as down."""
+    stop_grace: float = 30.0
+    """Seconds between SIGTERM and SIGKILL when stopping the server."""
+    backoff_initial: float = 2.0
+    """First backoff delay after a crash, in seconds."""
+    backoff_max: float = 60.0
+    """Cap of the exponential backoff, in seconds."""
+    start_retries: int = 5
+    """Consecutive failed starts before the supervisor gives up (FATAL)."""
+    crash_markers: tuple[str, ...] = (
+        "EngineDeadError",
+        "EngineCore encountered a fatal error",
+        "died unexpectedly",
+        "Engine core initialization failed",
+    )
+    """Output substrings that make an exit with status 0 count as a crash."""
+    log_file: str = "server.log"
+    """The server's teed output, relative to the state dir unless absolute."""
+    echo: bool = True
+    """Also copy the server's output to the doctor's terminal."""
+
+
+@dataclass(frozen=True)
+class LogsConfig:
+    """What the tailer follows."""
+
+    paths: tuple[str, ...] = ()
+    """Extra files or globs to follow (host logs, slog trees)."""
+    cann: bool = True
+    """Follow the CANN plog/device logs under the server's ASCEND_PROCESS_LOG_PATH."""
+    poll_interval: float = 0.25
+    """Seconds between stat passes (inotify, when present, wakes the tailer sooner)."""
+    read_from: str = "end"
+    """Where files seen at first start are read from: ``end`` or ``beginning``."""
+    max_line_bytes: int = 262144
+    """Lines longer than this are cut."""
+    context_before: int = 2
+    """Lines of context kept before a matched line."""
+    context_after: int = 3
+    """Lines of context kept after a matched line."""
+
+
+@dataclass(frozen=True)
+class NpuSmiConfig:
+    """The npu-smi collector."""
+
+    enabled: bool = True
+    """Run the collector."""
+    path: str = "npu-smi"
+    """The npu-smi binary (looked up on the server's PATH when not absolute)."""
+    interval: float = 5.0
+    """Seconds between runs."""
+    timeout: float = 10.0
+    """Seconds before a hung npu-smi is killed."""
+
+
+@dataclass(frozen=True)
+class CollectorsConfig:
+    """Collectors by registered name."""
+
+    npu_smi: NpuSmiConfig = field(default_factory=NpuSmiConfig)
+    """``[collectors.npu_smi]``."""
+
+
+@dataclass(frozen=True)
+class RemediationConfig:
+    """What remediation may do, and its bounds."""
+
+    mode: str = "auto"
+    """``auto`` acts, ``suggest`` records what it would do, ``off`` does nothing."""
+    dry_run: bool = False
+    """Log what would be done without doing it."""
+    max_attempts: int = 3
+    """Remediation attempts per incident before it is escalated."""
+    min_max_model_len: int = 2048
+    """Never lower --max-model-len below this."""
+    min_gpu_memory_utilization: float = 0.5
+    """Never lower --gpu-memory-utilization below this."""
+    gpu_memory_utilization_step: float = 0.05
+    """How much one step lowers --gpu-memory-utilization."""
+    allow_device_reset: bool = False
+    """Allow ``npu-smi set -t reset`` on this server's devices (needs root on real hosts)."""
+    reset_settle: float = 20.0
+    """Seconds to wait after a device reset before checking its health."""
+    command_timeout: float = 120.0
+    """Seconds before an npu-smi action is abandoned with outcome ``unknown``."""
+    settle_seconds: float = 30.0
+    """A server healthy this long after a remediation resolves the incident."""
+
+
+@dataclass(frozen=True)
+class IncidentsConfig:
+    """How findings group into incidents."""
+
+    window: float = 120.0
+    """Findings of a category and subject within this many seconds join one incident."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """The whole configuration."""
+
+    server: ServerConfig = field(default_factory=ServerConfig)
+    """``[server]``."""
+    logs: LogsConfig = field(default_factory=LogsConfig)
+    """``[logs]``."""
+    collectors: CollectorsConfig = field(default_factory=CollectorsConfig)
+    """``[collectors]``."""
+    remediation: RemediationConfig = field(default_factory=RemediationConfig)
+    """``[remediation]``."""
+    incidents: IncidentsConfig = field(default_factory=IncidentsConfig)
+    """``[incidents]``."""
+
+
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "remediation.mode": ("auto", "suggest", "off"),
+    "logs.read_from": ("end", "beginning"),
+}
+_POSITIVE = {
+    "server.start_timeout",
+    "server.health_interval",
+    "server.probe_interval",
+    "server.backoff_initial",
+    "server.backoff_max",
+    "logs.poll_interval",
+    "logs.max_line_bytes",
+    "collectors.npu_smi.interval",
+    "collectors.npu_smi.timeout",
+    "remediation.command_timeout",
+}
+
+
+def load_config(path: Path | None) -> Config:
+    """Read and validate a config file; ``None`` gives the defaults."""
+    if path is None:
+        return Config()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config: {exc.strerror or exc}") from None
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    config: Config = _build(Config, raw, "", _Source(path, text))
+    return config
+
+
+def replace(config: Config, **sections: Any) -> Config:
+    """Return ``config`` with whole sections replaced (used by the demo)."""
+    return dataclasses.replace(config, **sections)
+
+
+@dataclass(frozen=True)
+class _Source:
+    path: Path
+    text: str
+
+    def where(self, dotted: str) -> str:
+        """``file:line`` of a key when it can be found, else ``file``."""
+        *tables, key = dotted.split(".")
+        lines = self.text.splitlines()
+        start = 0
+        if tables:
+            header = re.compile(r"^\s*\[\s*" + r"\s*\.\s*".join(map(re.escape, tables)) + r"\s*\]")
+            start = next((i for i, ln in enumerate(lines) if header.match(ln)), 0)
+        pat = re.compile(r"^\s*" + re.escape(key) + r"\s*=")
+        for i in range(start, len(lines)):
+            if pat.match(lines[i]):
+                return f"{self.path}:{i + 1}"
+        return str(self.path)
+
+
+def _build(cls: type[Any], raw: Any, prefix: str, src: _Source) -> Any:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{src.where(prefix)}: config '{prefix}' must be a table")
+    hints = get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    for key in raw:
+        if key not in known:
+            dotted = f"{prefix}{key}"
+            raise ConfigError(
+                f"{src.where(dotted)}: unknown config key '{dotted}'; "
+                f"known keys here: {', '.join(sorted(known))}"
+            )
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in raw:
+            continue
+        dotted = f"{prefix}{f.name}"
+        hint = hints[f.name]
+        if dataclasses.is_dataclass(hint):
+            values[f.name] = _build(hint, raw[f.name], dotted + ".", src)  # type: ignore[arg-type]
+        else:
+            values[f.name] = _coerce(hint, raw[f.name], dotted, src)
+    return cls(**values)
+
+
+def _coerce(hint: Any, value: Any, dotted: str, src: _Source) -> Any:
+    def bad(expected: str) -> ConfigError:
+        return ConfigError(
+            f"{src.where(dotted)}: config '{dotted}' is {value!r}: expected {expected}"
+        )
+
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise bad("true or false")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise bad("an integer")
+        if value < 0 or (dotted in _POSITIVE and value == 0):
+            raise bad("a positive integer")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise bad("a number")
+        if value < 0 or (dotted in _POSITIVE and value == 0):
+            raise bad("a positive number")
+        if dotted.endswith("gpu_memory_utilization") and not 0 < value <= 1:
+            raise bad("a number in (0, 1]")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise bad("a string")
+        choices = _CHOICES.get(dotted)
+        if choices and value not in choices:
+            raise bad("one of " + ", ".join(choices))
+        return value
+    if get_origin(hint) is tuple and get_args(hint)[0] is str:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise bad("a list of strings")
+        return tuple(value)
+    raise bad(f"a value of type {hint}")  # pragma: no cover - every field type is handled above
+
+
+def default_state_dir() -> Path:
+    """``/var/lib/ascend-doctor`` as root, else ``$XDG_STATE_HOME/ascend-doctor``."""
+    if os.geteuid() == 0:
+        return Path("/var/lib/ascend-doctor")
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "ascend-doctor"
+
+
+__all__ = [
+    "CollectorsConfig",
+    "Config",
+    "IncidentsConfig",
+    "LogsConfig",
+    "NpuSmiConfig",
+    "RemediationConfig",
+    "ServerConfig",
+    "default_state_dir",
+    "load_config",
+    "replace",
+]

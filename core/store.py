@@ -1,0 +1,467 @@
+"""The store: SQLite in WAL mode, the system of record.
+
+The daemon writes state; the CLI and the TUI read it. One connection per
+process; every write is its own short transaction so readers never wait long.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ascend_doctor.core.errors import StoreError
+from ascend_doctor.core.events import (
+    ActionResult,
+    Category,
+    Finding,
+    Incident,
+    IncidentState,
+    Outcome,
+    Severity,
+)
+
+SCHEMA_VERSION = 1
+STORE_NAME = "doctor.db"
+SAMPLES_KEPT = 720  # per (collector, subject): an hour at the default 5 s interval
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS incidents (
+    id INTEGER PRIMARY KEY,
+    category TEXT NOT NULL,
+    subject TEXT NOT NULL,
+    state TEXT NOT NULL,
+    severity INTEGER NOT NULL,
+    rule TEXT NOT NULL,
+    summary TEXT NOT NULL,
+    opened_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    resolved_at REAL,
+    step INTEGER NOT NULL DEFAULT 0,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    acknowledged INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS incidents_open ON incidents (state, category, subject);
+CREATE TABLE IF NOT EXISTS findings (
+    id INTEGER PRIMARY KEY,
+    incident_id INTEGER REFERENCES incidents (id),
+    rule TEXT NOT NULL,
+    category TEXT NOT NULL,
+    severity INTEGER NOT NULL,
+    role TEXT NOT NULL,
+    subject TEXT NOT NULL,
+    summary TEXT NOT NULL,
+    captures TEXT NOT NULL,
+    evidence TEXT NOT NULL,
+    path TEXT NOT NULL,
+    offset INTEGER NOT NULL,
+    at REAL NOT NULL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS findings_once ON findings (path, offset, rule) WHERE offset >= 0;
+CREATE TABLE IF NOT EXISTS actions (
+    id INTEGER PRIMARY KEY,
+    incident_id INTEGER NOT NULL REFERENCES incidents (id),
+    name TEXT NOT NULL,
+    params TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS overrides (
+    key TEXT PRIMARY KEY,
+    kind TEXT NOT NULL,
+    value TEXT NOT NULL,
+    incident_id INTEGER,
+    at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS offsets (
+    identity TEXT PRIMARY KEY,
+    path TEXT NOT NULL,
+    offset INTEGER NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS samples (
+    id INTEGER PRIMARY KEY,
+    collector TEXT NOT NULL,
+    subject TEXT NOT NULL,
+    at REAL NOT NULL,
+    data TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS samples_by_subject ON samples (collector, subject, id);
+CREATE TABLE IF NOT EXISTS process_events (
+    id INTEGER PRIMARY KEY,
+    state TEXT NOT NULL,
+    previous TEXT NOT NULL,
+    pid INTEGER,
+    exit_code INTEGER,
+    crashed INTEGER NOT NULL,
+    reason TEXT NOT NULL,
+    at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Override:
+    """A launch change learned by remediation, applied on every later start."""
+
+    key: str
+    """A flag (``--max-model-len``) or an environment variable name."""
+    kind: str
+    """``arg`` (flag with a value), ``flag`` (bare flag) or ``env``."""
+    value: str
+    """The value; empty for a bare flag."""
+    incident_id: int | None
+    """The incident that caused it."""
+    at: float
+    """When it was learned."""
+
+
+class Store:
+    """Typed access to the SQLite store."""
+
+    def __init__(self, path: Path, *, readonly: bool = False) -> None:
+        self.path = path
+        try:
+            if readonly:
+                if not path.exists():
+                    raise StoreError(
+                        f"{path}: no store here (has the doctor run with this state dir?)"
+                    )
+                self._db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5.0)
+            else:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                self._db = sqlite3.connect(path, timeout=5.0, isolation_level=None)
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=NORMAL")
+                self._migrate()
+        except sqlite3.Error as exc:
+            raise StoreError(f"{path}: cannot open store: {exc}") from None
+        self._db.row_factory = sqlite3.Row
+        self._check_version()
+
+    @classmethod
+    def in_dir(cls, state_dir: Path, *, readonly: bool = False) -> Store:
+        """The store of a state dir."""
+        return cls(state_dir / STORE_NAME, readonly=readonly)
+
+    def close(self) -> None:
+        """Close the connection."""
+        self._db.close()
+
+    def _migrate(self) -> None:
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        if version == 0:
+            self._db.executescript(_SCHEMA)
+            self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+    def _check_version(self) -> None:
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        if version != SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.path}: store schema version is {version}: expected {SCHEMA_VERSION}"
+            )
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._db
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    # -- incidents ---------------------------------------------------------------------------
+
+    def open_incident(self, finding: Finding) -> Incident:
+        """Create an incident whose root is ``finding``."""
+        with self._tx() as db:
+            cur = db.execute(
+                "INSERT INTO incidents (category, subject, state, severity, rule, summary,"
+                " opened_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    finding.category.value,
+                    finding.subject,
+                    IncidentState.OPEN.value,
+                    int(finding.severity),
+                    finding.rule,
+                    finding.summary,
+                    finding.at,
+                    finding.at,
+                ),
+            )
+            incident_id = cur.lastrowid
+        assert incident_id is not None
+        return self.incident(incident_id)
+
+    def incident(self, incident_id: int) -> Incident:
+        """One incident; KeyError when there is none with that id."""
+        row = self._db.execute("SELECT * FROM incidents WHERE id = ?", (incident_id,)).fetchone()
+        if row is None:
+            raise KeyError(incident_id)
+        return _incident(row)
+
+    def incidents(self, *, states: Sequence[IncidentState] = ()) -> list[Incident]:
+        """Incidents, oldest first, optionally only in some states."""
+        if states:
+            marks = ",".join("?" * len(states))
+            rows = self._db.execute(
+                f"SELECT * FROM incidents WHERE state IN ({marks}) ORDER BY id",
+                [s.value for s in states],
+            )
+        else:
+            rows = self._db.execute("SELECT * FROM incidents ORDER BY id")
+        return [_incident(r) for r in rows]
+
+    def update_incident(self, incident_id: int, **fields: Any) -> Incident:
+        """Change some fields of an incident (state, step, attempts, severity, resolved_at...)."""
+        allowed = {
+            "state",
+            "step",
+            "attempts",
+            "severity",
+            "resolved_at",
+            "acknowledged",
+            "summary",
+            "subject",
+        }
+        unknown = set(fields) - allowed
+        if unknown:
+            raise ValueError(f"cannot update incident fields {sorted(unknown)}")
+        values = {k: (v.value if isinstance(v, IncidentState) else v) for k, v in fields.items()}
+        values = {k: (int(v) if isinstance(v, Severity | bool) else v) for k, v in values.items()}
+        sets = ", ".join(f"{k} = ?" for k in values)
+        with self._tx() as db:
+            db.execute(
+                f"UPDATE incidents SET {sets}, updated_at = ? WHERE id = ?",
+                [*values.values(), time.time(), incident_id],
+            )
+        return self.incident(incident_id)
+
+    # -- findings ----------------------------------------------------------------------------
+
+    def add_finding(self, finding: Finding, incident_id: int | None) -> bool:
+        """Store a finding; False when the same (path, offset, rule) was stored before."""
+        evidence = [
+            {"path": e.path, "offset": e.offset, "line": e.line, "text": e.text}
+            for e in finding.evidence
+        ]
+        try:
+            with self._tx() as db:
+                db.execute(
+                    "INSERT INTO findings (incident_id, rule, category, severity, role, subject,"
+                    " summary, captures, evidence, path, offset, at)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        incident_id,
+                        finding.rule,
+                        finding.category.value,
+                        int(finding.severity),
+                        finding.role.value,
+                        finding.subject,
+                        finding.summary,
+                        json.dumps(finding.captures),
+                        json.dumps(evidence),
+                        finding.path,
+                        finding.offset,
+                        finding.at,
+                    ),
+                )
+        except sqlite3.IntegrityError:
+            return False
+        return True
+
+    def seen_finding(self, path: str, offset: int, rule: str) -> bool:
+        """Whether a finding of ``rule`` at (path, offset) is already stored."""
+        row = self._db.execute(
+            "SELECT 1 FROM findings WHERE path = ? AND offset = ? AND rule = ?",
+            (path, offset, rule),
+        ).fetchone()
+        return row is not None
+
+    def findings(self, incident_id: int | None = None) -> list[dict[str, Any]]:
+        """Stored findings as plain dicts (for the CLI and the TUI)."""
+        if incident_id is None:
+            rows = self._db.execute("SELECT * FROM findings ORDER BY id")
+        else:
+            rows = self._db.execute(
+                "SELECT * FROM findings WHERE incident_id = ? ORDER BY id", (incident_id,)
+            )
+        out = []
+        for r in rows:
+            d = dict(r)
+            d["severity"] = Severity(d["severity"]).label
+            d["captures"] = json.loads(d["captures"])
+            d["evidence"] = json.loads(d["evidence"])
+            out.append(d)
+        return out
+
+    # -- actions -----------------------------------------------------------------------------
+
+    def add_action(self, incident_id: int, result: ActionResult) -> None:
+        """Record one remediation decision."""
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO actions (incident_id, name, params, outcome, reason, at)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    incident_id,
+                    result.name,
+                    json.dumps(result.params, sort_keys=True),
+                    result.outcome.value,
+                    result.reason,
+                    result.at,
+                ),
+            )
+
+    def actions(self, incident_id: int) -> list[ActionResult]:
+        """The decisions of an incident, in order."""
+        rows = self._db.execute(
+            "SELECT * FROM actions WHERE incident_id = ? ORDER BY id", (incident_id,)
+        )
+        return [
+            ActionResult(
+                name=r["name"],
+                params=json.loads(r["params"]),
+                outcome=Outcome(r["outcome"]),
+                reason=r["reason"],
+                at=r["at"],
+            )
+            for r in rows
+        ]
+
+    # -- launch overrides --------------------------------------------------------------------
+
+    def set_override(self, key: str, kind: str, value: str, incident_id: int | None) -> None:
+        """Remember a launch change; replaces an earlier value of the same key."""
+        with self._tx() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO overrides (key, kind, value, incident_id, at)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (key, kind, value, incident_id, time.time()),
+            )
+
+    def overrides(self) -> list[Override]:
+        """Every stored launch override, in the order learned."""
+        rows = self._db.execute("SELECT * FROM overrides ORDER BY at, key")
+        return [Override(r["key"], r["kind"], r["value"], r["incident_id"], r["at"]) for r in rows]
+
+    def clear_overrides(self) -> int:
+        """Forget every launch override; returns how many there were."""
+        with self._tx() as db:
+            return db.execute("DELETE FROM overrides").rowcount
+
+    # -- tailer offsets ----------------------------------------------------------------------
+
+    def offset(self, identity: str) -> int | None:
+        """The checkpointed offset of a file identity."""
+        row = self._db.execute(
+            "SELECT offset FROM offsets WHERE identity = ?", (identity,)
+        ).fetchone()
+        return None if row is None else int(row[0])
+
+    def set_offsets(self, items: Sequence[tuple[str, str, int]]) -> None:
+        """Checkpoint (identity, path, offset) triples in one transaction."""
+        if not items:
+            return
+        now = time.time()
+        with self._tx() as db:
+            db.executemany(
+                "INSERT OR REPLACE INTO offsets (identity, path, offset, updated_at)"
+                " VALUES (?, ?, ?, ?)",
+                [(i, p, o, now) for i, p, o in items],
+            )
+
+    # -- samples -----------------------------------------------------------------------------
+
+    def add_sample(self, collector: str, subject: str, at: float, data: dict[str, Any]) -> None:
+        """Store a sample, keeping at most SAMPLES_KEPT per (collector, subject)."""
+        with self._tx() as db:
+            cur = db.execute(
+                "INSERT INTO samples (collector, subject, at, data) VALUES (?, ?, ?, ?)",
+                (collector, subject, at, json.dumps(data)),
+            )
+            assert cur.lastrowid is not None
+            db.execute(
+                "DELETE FROM samples WHERE collector = ? AND subject = ? AND id <= ?",
+                (collector, subject, cur.lastrowid - SAMPLES_KEPT),
+            )
+
+    def latest_samples(self, collector: str) -> dict[str, dict[str, Any]]:
+        """The newest sample of each subject of a collector."""
+        rows = self._db.execute(
+            "SELECT subject, at, data FROM samples WHERE id IN"
+            " (SELECT MAX(id) FROM samples WHERE collector = ? GROUP BY subject)"
+            " ORDER BY subject",
+            (collector,),
+        )
+        return {r["subject"]: {"at": r["at"], **json.loads(r["data"])} for r in rows}
+
+    # -- server state ------------------------------------------------------------------------
+
+    def add_process_event(
+        self,
+        state: str,
+        previous: str,
+        at: float,
+        pid: int | None,
+        exit_code: int | None,
+        crashed: bool,
+        reason: str,
+    ) -> None:
+        """Record a supervisor state change."""
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO process_events (state, previous, pid, exit_code, crashed, reason, at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (state, previous, pid, exit_code, int(crashed), reason, at),
+            )
+
+    def process_events(self, limit: int = 100) -> list[dict[str, Any]]:
+        """The newest supervisor state changes, oldest first."""
+        rows = self._db.execute(
+            "SELECT * FROM process_events ORDER BY id DESC LIMIT ?", (limit,)
+        ).fetchall()
+        return [dict(r) for r in reversed(rows)]
+
+    def set_meta(self, key: str, value: Any) -> None:
+        """Store a small JSON value (effective launch spec, doctor pid...)."""
+        with self._tx() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, json.dumps(value))
+            )
+
+    def meta(self, key: str) -> Any:
+        """A value stored with set_meta, or None."""
+        row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else json.loads(row[0])
+
+
+def _incident(row: sqlite3.Row) -> Incident:
+    return Incident(
+        id=row["id"],
+        category=Category(row["category"]),
+        subject=row["subject"],
+        state=IncidentState(row["state"]),
+        severity=Severity(row["severity"]),
+        rule=row["rule"],
+        summary=row["summary"],
+        opened_at=row["opened_at"],
+        resolved_at=row["resolved_at"],
+        step=row["step"],
+        attempts=row["attempts"],
+        acknowledged=bool(row["acknowledged"]),
+    )
+
+
+__all__ = ["SCHEMA_VERSION", "STORE_NAME", "Override", "Store"]
