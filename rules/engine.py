@@ -1,0 +1,173 @@
+"""The rule engine: bytes and samples in, findings out. Pure: no I/O.
+
+Chunks are whole lines; each rule's pattern runs over the chunk once and only
+matched lines are cut out, so per-line Python work happens only on matches.
+"""
+
+from __future__ import annotations
+
+import operator
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from ascend_doctor.core.events import Finding, LogChunk, LogLine, Sample
+from ascend_doctor.rules.loader import Rule, RuleSet, ThresholdRule
+
+_OPS: dict[str, Callable[[Any, Any], bool]] = {
+    "==": operator.eq,
+    "!=": operator.ne,
+    ">": operator.gt,
+    ">=": operator.ge,
+    "<": operator.lt,
+    "<=": operator.le,
+}
+
+
+class _Blank(dict[str, str]):
+    def __missing__(self, key: str) -> str:
+        return "?"
+
+
+def fill(template: str, values: dict[str, Any]) -> str:
+    """Fill a ``{name}`` template; unknown names become ``?``."""
+    try:
+        return template.format_map(_Blank({k: str(v) for k, v in values.items()}))
+    except (ValueError, IndexError):
+        return template
+
+
+class Engine:
+    """Matches chunks against text rules and samples against threshold rules."""
+
+    def __init__(
+        self,
+        rules: RuleSet,
+        *,
+        context_before: int = 2,
+        context_after: int = 3,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.rules = rules
+        self.context_before = context_before
+        self.context_after = context_after
+        self._clock = clock
+        self._by_source: dict[str, list[Rule]] = defaultdict(list)
+        for rule in rules.text:
+            for source in rule.sources:
+                self._by_source[source].append(rule)
+        self._firing: set[tuple[str, str]] = set()
+        self.lines_scanned = 0
+        self.matches = 0
+
+    def scan(self, chunk: LogChunk) -> list[Finding]:
+        """Findings in one chunk, in file order."""
+        data = chunk.data
+        self.lines_scanned += data.count(b"\n")
+        found: list[tuple[int, Finding]] = []
+        for rule in self._by_source.get(chunk.source, ()):
+            last_line_start = -1
+            for m in rule.regex.finditer(data):
+                start = data.rfind(b"\n", 0, m.start()) + 1
+                if start == last_line_start:
+                    continue  # one finding per rule per line
+                last_line_start = start
+                found.append((start, self._finding(rule, chunk, m.groupdict(), start)))
+        self.matches += len(found)
+        found.sort(key=lambda pair: pair[0])
+        return [f for _, f in found]
+
+    def _finding(
+        self, rule: Rule, chunk: LogChunk, groups: dict[str, bytes | None], start: int
+    ) -> Finding:
+        data = chunk.data
+        captures = {k: v.decode("utf-8", "replace") for k, v in groups.items() if v is not None}
+        evidence = [_line_at(chunk, start)]
+        # context after, then before, bounded by the chunk
+        pos = data.find(b"\n", start) + 1
+        for _ in range(self.context_after):
+            if pos <= 0 or pos >= len(data):
+                break
+            evidence.append(_line_at(chunk, pos))
+            pos = data.find(b"\n", pos) + 1
+        before: list[LogLine] = []
+        pos = start
+        for _ in range(self.context_before):
+            if pos <= 0:
+                break
+            prev = data.rfind(b"\n", 0, pos - 1) + 1
+            before.insert(0, _line_at(chunk, prev))
+            pos = prev
+        return Finding(
+            rule=rule.id,
+            category=rule.category,
+            severity=rule.severity,
+            role=rule.role,
+            subject=fill(rule.subject, captures),
+            summary=fill(rule.summary, captures),
+            at=self._clock(),
+            captures=captures,
+            evidence=(evidence[0], *before, *evidence[1:]),
+            path=chunk.path,
+            offset=chunk.offset + start,
+            remediation=rule.remediation,
+            explain=rule.explain,
+        )
+
+    def evaluate(self, samples: Iterable[Sample]) -> list[Finding]:
+        """Threshold findings; a rule fires once when its condition becomes true per subject."""
+        out = []
+        for sample in samples:
+            for rule in self.rules.thresholds:
+                if sample.collector not in rule.sources:
+                    continue
+                key = (rule.id, sample.subject)
+                if _holds(rule, sample.values):
+                    if key not in self._firing:
+                        self._firing.add(key)
+                        out.append(self._sample_finding(rule, sample))
+                else:
+                    self._firing.discard(key)
+        return out
+
+    def _sample_finding(self, rule: ThresholdRule, sample: Sample) -> Finding:
+        values = {**sample.values, "subject": sample.subject}
+        return Finding(
+            rule=rule.id,
+            category=rule.category,
+            severity=rule.severity,
+            role=rule.role,
+            subject=fill(rule.subject, values),
+            summary=fill(rule.summary, values),
+            at=sample.at,
+            captures={k: str(v) for k, v in values.items() if isinstance(v, str | int | float)},
+            remediation=rule.remediation,
+            explain=rule.explain,
+        )
+
+
+def _holds(rule: ThresholdRule, values: dict[str, Any]) -> bool:
+    if rule.field not in values or values[rule.field] is None:
+        return False
+    try:
+        return _OPS[rule.op](values[rule.field], rule.value)
+    except TypeError:
+        return False
+
+
+def _line_at(chunk: LogChunk, start: int) -> LogLine:
+    end = chunk.data.find(b"\n", start)
+    raw = chunk.data[start : end if end >= 0 else len(chunk.data)]
+    line = 0
+    if chunk.first_line:
+        line = chunk.first_line + chunk.data.count(b"\n", 0, start)
+    return LogLine(
+        path=chunk.path,
+        offset=chunk.offset + start,
+        text=raw.decode("utf-8", "replace").rstrip("\r"),
+        line=line,
+    )
+
+
+__all__ = ["Engine", "fill"]

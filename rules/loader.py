@@ -1,0 +1,266 @@
+"""Loading rule packs: YAML data, validated at start-up with file, line and rule id."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ascend_doctor.core.errors import RuleError
+from ascend_doctor.core.events import Category, PlannedAction, Role, Severity
+
+SOURCES = ("server", "plog", "device", "slog", "host")
+"""Log streams a text rule may read."""
+SAMPLE_SOURCES = ("npu_smi", "vllm", "process")
+"""Collectors a threshold rule may read."""
+OPS = ("==", "!=", ">", ">=", "<", "<=")
+
+_TEXT_KEYS = (
+    "id category severity role source pattern subject summary explain remediation examples docs"
+).split()
+_THRESHOLD_KEYS = (
+    "id category severity role source when subject summary explain remediation examples docs"
+).split()
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A text rule: a regular expression over log lines of some sources."""
+
+    id: str
+    """Unique id, stable: alerts and findings name it."""
+    category: Category
+    """The failure category."""
+    severity: Severity
+    """How bad a match is."""
+    role: Role
+    """Root cause or symptom."""
+    sources: tuple[str, ...]
+    """Streams it reads."""
+    pattern: str
+    """Python regular expression with named captures, matched within one line."""
+    regex: re.Pattern[bytes]
+    """``pattern`` compiled over bytes (offsets stay exact on invalid UTF-8)."""
+    subject: str
+    """Template of the failing thing: ``server`` or ``npu{device}``."""
+    summary: str
+    """Template of the one-line summary, filled with the captures."""
+    explain: str
+    """What it means and what to check."""
+    remediation: tuple[tuple[PlannedAction, ...], ...]
+    """Ordered steps; each step is actions applied together."""
+    examples: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """``match`` lines and ``no_match`` near misses."""
+    file: str = ""
+    """Where the rule was loaded from, ``file:line``."""
+
+
+@dataclass(frozen=True)
+class ThresholdRule:
+    """A rule over collector samples: fires when ``field op value`` becomes true."""
+
+    id: str
+    """Unique id."""
+    category: Category
+    """The failure category."""
+    severity: Severity
+    """How bad."""
+    role: Role
+    """Root cause or symptom."""
+    sources: tuple[str, ...]
+    """Collectors it reads."""
+    field: str
+    """Sample value compared."""
+    op: str
+    """One of OPS."""
+    value: Any
+    """Threshold."""
+    subject: str
+    """Template of the failing thing, filled from the sample's values."""
+    summary: str
+    """Template of the summary."""
+    explain: str
+    """What it means and what to check."""
+    remediation: tuple[tuple[PlannedAction, ...], ...]
+    """Ordered steps."""
+    file: str = ""
+    """``file:line``."""
+
+
+@dataclass(frozen=True)
+class RuleSet:
+    """Everything loaded."""
+
+    text: tuple[Rule, ...]
+    """Text rules."""
+    thresholds: tuple[ThresholdRule, ...]
+    """Sample rules."""
+
+
+class _LineLoader(yaml.SafeLoader):
+    """A SafeLoader that remembers each mapping's first line as ``__line__``."""
+
+
+def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> dict[str, Any]:
+    mapping: dict[str, Any] = dict(loader.construct_mapping(node, deep=True))  # type: ignore[arg-type]
+    mapping["__line__"] = node.start_mark.line + 1
+    return mapping
+
+
+_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def builtin_pack_dir() -> Path:
+    """The packs shipped with the doctor."""
+    return Path(str(resources.files("ascend_doctor.rules") / "packs"))
+
+
+def load_rules(dirs: list[Path] | None = None) -> RuleSet:
+    """Load every ``*.yaml`` of the builtin packs, then of ``dirs`` (site rules).
+
+    A site rule with the id of a loaded rule replaces it; ``disable: [ids]`` at the
+    top of a site file removes rules.
+    """
+    text: dict[str, Rule] = {}
+    thresholds: dict[str, ThresholdRule] = {}
+    for d in [builtin_pack_dir(), *(dirs or [])]:
+        if not d.is_dir():
+            raise RuleError(f"{d}: rules directory does not exist")
+        for path in sorted(d.glob("*.yaml")):
+            _load_file(path, text, thresholds, site=d != builtin_pack_dir())
+    return RuleSet(tuple(text.values()), tuple(thresholds.values()))
+
+
+def _load_file(
+    path: Path, text: dict[str, Rule], thresholds: dict[str, ThresholdRule], *, site: bool
+) -> None:
+    try:
+        doc = yaml.load(path.read_text(encoding="utf-8"), Loader=_LineLoader)
+    except (OSError, yaml.YAMLError) as exc:
+        raise RuleError(f"{path}: cannot load rules: {exc}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("rules", []), list):
+        raise RuleError(f"{path}: expected a mapping with a 'rules' list")
+    for rid in doc.get("disable", []) if site else []:
+        text.pop(str(rid), None)
+        thresholds.pop(str(rid), None)
+    for raw in doc.get("rules", []):
+        if not isinstance(raw, dict):
+            raise RuleError(f"{path}: every entry of 'rules' must be a mapping")
+        where = f"{path}:{raw.get('__line__', '?')}"
+        rid = raw.get("id")
+        if not isinstance(rid, str) or not rid:
+            raise RuleError(f"{where}: rule without an 'id'")
+        if not site and (rid in text or rid in thresholds):
+            raise RuleError(f"{where}: rule '{rid}' is defined twice")
+        if "when" in raw:
+            thresholds[rid] = _threshold(raw, rid, where)
+        else:
+            text[rid] = _text(raw, rid, where)
+
+
+def _common(raw: dict[str, Any], rid: str, where: str, keys: list[str]) -> dict[str, Any]:
+    def bad(key: str, expected: str) -> RuleError:
+        return RuleError(
+            f"{where}: rule '{rid}' key '{key}' is {raw.get(key)!r}: expected {expected}"
+        )
+
+    unknown = [k for k in raw if k not in keys and k != "__line__"]
+    if unknown:
+        raise RuleError(f"{where}: rule '{rid}' has unknown keys {unknown}; known: {keys}")
+    try:
+        category = Category(str(raw.get("category")))
+    except ValueError:
+        raise bad("category", "one of " + ", ".join(c.value for c in Category)) from None
+    try:
+        severity = Severity.parse(str(raw.get("severity", "")))
+    except ValueError as exc:
+        raise bad("severity", str(exc).removeprefix("expected ")) from None
+    try:
+        role = Role(raw.get("role", "root"))
+    except ValueError:
+        raise bad("role", "root or symptom") from None
+    summary = raw.get("summary")
+    if not isinstance(summary, str) or not summary:
+        raise bad("summary", "a non-empty template string")
+    source = raw.get("source")
+    sources = (source,) if isinstance(source, str) else source
+    if not isinstance(sources, list | tuple) or not sources:
+        raise bad("source", "a source name or a list of them")
+    return {
+        "id": rid,
+        "category": category,
+        "severity": severity,
+        "role": role,
+        "sources": tuple(str(s) for s in sources),
+        "subject": str(raw.get("subject", "server")),
+        "summary": summary,
+        "explain": str(raw.get("explain", "")).strip(),
+        "remediation": _steps(raw.get("remediation", []), rid, where),
+        "file": where,
+    }
+
+
+def _steps(raw: Any, rid: str, where: str) -> tuple[tuple[PlannedAction, ...], ...]:
+    if not isinstance(raw, list):
+        raise RuleError(f"{where}: rule '{rid}' key 'remediation' must be a list of steps")
+    steps = []
+    for step in raw:
+        items = step if isinstance(step, list) else [step]
+        actions = []
+        for item in items:
+            if isinstance(item, str):
+                actions.append(PlannedAction(item))
+            elif isinstance(item, dict):
+                item = {k: v for k, v in item.items() if k != "__line__"}
+                if len(item) != 1:
+                    raise RuleError(f"{where}: rule '{rid}' remediation item {item!r}: one action")
+                ((name, params),) = item.items()
+                if params is not None and not isinstance(params, dict):
+                    raise RuleError(f"{where}: rule '{rid}' action '{name}': params must be a map")
+                clean = {k: v for k, v in (params or {}).items() if k != "__line__"}
+                actions.append(PlannedAction(str(name), clean))
+            else:
+                raise RuleError(f"{where}: rule '{rid}' remediation item {item!r} is not an action")
+        steps.append(tuple(actions))
+    return tuple(steps)
+
+
+def _text(raw: dict[str, Any], rid: str, where: str) -> Rule:
+    common = _common(raw, rid, where, _TEXT_KEYS)
+    bad_sources = [s for s in common["sources"] if s not in SOURCES]
+    if bad_sources:
+        raise RuleError(f"{where}: rule '{rid}' source {bad_sources}: expected some of {SOURCES}")
+    pattern = raw.get("pattern")
+    if not isinstance(pattern, str) or not pattern:
+        raise RuleError(f"{where}: rule '{rid}' has no 'pattern'")
+    try:
+        regex = re.compile(pattern.encode("utf-8"))
+    except re.error as exc:
+        raise RuleError(f"{where}: rule '{rid}' pattern does not compile: {exc}") from None
+    examples = raw.get("examples") or {}
+    if not isinstance(examples, dict) or not examples.get("match"):
+        raise RuleError(f"{where}: rule '{rid}' needs examples with at least one 'match' line")
+    ex = {k: tuple(str(x) for x in examples.get(k) or ()) for k in ("match", "no_match")}
+    return Rule(pattern=pattern, regex=regex, examples=ex, **common)
+
+
+def _threshold(raw: dict[str, Any], rid: str, where: str) -> ThresholdRule:
+    common = _common(raw, rid, where, _THRESHOLD_KEYS)
+    bad_sources = [s for s in common["sources"] if s not in SAMPLE_SOURCES]
+    if bad_sources:
+        raise RuleError(
+            f"{where}: rule '{rid}' source {bad_sources}: expected some of {SAMPLE_SOURCES}"
+        )
+    when = raw["when"]
+    if not isinstance(when, dict) or when.get("op") not in OPS or "field" not in when:
+        raise RuleError(
+            f"{where}: rule '{rid}' 'when' must be {{field, op, value}} with op in {OPS}"
+        )
+    return ThresholdRule(field=str(when["field"]), op=when["op"], value=when.get("value"), **common)
+
+
+__all__ = ["SAMPLE_SOURCES", "SOURCES", "Rule", "RuleSet", "ThresholdRule", "load_rules"]
