@@ -1,0 +1,221 @@
+"""The command line: the face of the house."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import shutil
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ascend_doctor import __version__
+from ascend_doctor.core.config import Config, default_state_dir, load_config
+from ascend_doctor.core.errors import DoctorError
+from ascend_doctor.core.events import Severity
+from ascend_doctor.core.store import Store
+
+log = logging.getLogger("ascend_doctor")
+
+
+def setup_logging(verbose: bool, logfile: Path | None = None) -> None:
+    """Doctor logs to stderr (or a file), one line each."""
+    handler: logging.Handler = (
+        logging.FileHandler(logfile) if logfile else logging.StreamHandler(sys.stderr)
+    )
+    handler.setFormatter(
+        logging.Formatter("%(asctime)s ascend-doctor %(levelname)s %(name)s: %(message)s")
+    )
+    root = logging.getLogger("ascend_doctor")
+    root.handlers[:] = [handler]
+    root.setLevel(logging.DEBUG if verbose else logging.INFO)
+    root.propagate = False
+
+
+def _config(path: Path | None) -> Config:
+    try:
+        return load_config(path)
+    except DoctorError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _state_dir(value: Path | None) -> Path:
+    return value if value is not None else default_state_dir()
+
+
+state_dir_option = click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where the store and the server log live (default: $XDG_STATE_HOME/ascend-doctor, "
+    "or /var/lib/ascend-doctor as root).",
+)
+config_option = click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="TOML config file (every key has a default).",
+)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="ascend-doctor")
+def main() -> None:
+    """Diagnose and remediate vLLM-Ascend servers on Huawei Ascend NPUs."""
+
+
+@main.command(context_settings={"ignore_unknown_options": True})
+@config_option
+@state_dir_option
+@click.option("--dry-run", is_flag=True, help="Log what remediation would do; change nothing.")
+@click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def watch(
+    config_path: Path | None,
+    state_dir: Path | None,
+    dry_run: bool,
+    verbose: bool,
+    command: tuple[str, ...],
+) -> None:
+    """Supervise COMMAND (e.g. -- vllm serve MODEL ...): watch, diagnose, remediate."""
+    from ascend_doctor.agent.launch import LaunchSpec
+
+    config = _config(config_path)
+    if dry_run:
+        config = _with_remediation(config, dry_run=True)
+    if not command:
+        raise click.UsageError("give the server command after --, e.g. -- vllm serve MODEL")
+    if shutil.which(command[0]) is None:
+        raise click.ClickException(f"command not found: {command[0]}")
+    setup_logging(verbose)
+    spec = LaunchSpec(tuple(command))
+    status = run_watch(config, _state_dir(state_dir), spec)
+    sys.exit(status)
+
+
+def _with_remediation(config: Config, **changes: Any) -> Config:
+    import dataclasses
+
+    return dataclasses.replace(
+        config, remediation=dataclasses.replace(config.remediation, **changes)
+    )
+
+
+def run_watch(config: Config, state_dir: Path, spec: Any) -> int:
+    """Run the daemon until SIGINT/SIGTERM; the server is stopped cleanly on the way out."""
+    from ascend_doctor.agent.daemon import Daemon
+    from ascend_doctor.rules import load_rules
+
+    try:
+        rules = load_rules()
+        daemon = Daemon(config, state_dir, spec, rules)
+    except DoctorError as exc:
+        raise click.ClickException(str(exc)) from None
+
+    async def go() -> int:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, daemon.shutdown)
+        return await daemon.run()
+
+    click.echo(f"ascend-doctor: state dir {state_dir}", err=True)
+    status = asyncio.run(go())
+    if daemon.supervisor is not None and daemon.supervisor.fatal_reason:
+        click.echo(f"ascend-doctor: server gave up: {daemon.supervisor.fatal_reason}", err=True)
+    return status
+
+
+@main.command()
+@click.option("--scenario", "scenarios", multiple=True, help="Run only this scenario (repeatable).")
+@click.option("--list", "list_only", is_flag=True, help="Name the scenarios and exit.")
+@state_dir_option
+@config_option
+@click.option("-v", "--verbose", is_flag=True, help="Doctor logs on stderr instead of a file.")
+def demo(
+    scenarios: tuple[str, ...],
+    list_only: bool,
+    state_dir: Path | None,
+    config_path: Path | None,
+    verbose: bool,
+) -> None:
+    """Run the doctor on a simulated Ascend host through fault scenarios."""
+    from ascend_doctor.agent import demo as demo_mod
+
+    if list_only:
+        for name, description in demo_mod.scenario_list():
+            click.echo(f"{name:14} {description}")
+        return
+    config = _config(config_path) if config_path else None
+    try:
+        ok = demo_mod.run_demo(list(scenarios), state_dir, config, verbose=verbose)
+    except DoctorError as exc:
+        raise click.ClickException(str(exc)) from None
+    sys.exit(0 if ok else 1)
+
+
+@main.command()
+@state_dir_option
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per incident per line.")
+def incidents(state_dir: Path | None, as_json: bool) -> None:
+    """List incidents with their remediation decisions."""
+    store = _open_store(_state_dir(state_dir))
+    rows = incident_dicts(store)
+    store.close()
+    if as_json:
+        for row in rows:
+            click.echo(json.dumps(row, sort_keys=False))
+        return
+    if not rows:
+        click.echo("no incidents")
+    for row in rows:
+        click.echo(
+            f"#{row['id']} {row['state']:10} {row['severity']:8} {row['category']:22}"
+            f" {row['subject']:7} {row['summary']}"
+        )
+        for a in row["actions"]:
+            click.echo(f"      {a['name']:28} {a['outcome']:9} {a['reason']}")
+
+
+def _open_store(state_dir: Path) -> Store:
+    try:
+        return Store.in_dir(state_dir, readonly=True)
+    except DoctorError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def incident_dicts(store: Store) -> list[dict[str, Any]]:
+    """Incidents as the JSON shape the CLI prints."""
+    out = []
+    for inc in store.incidents():
+        out.append(
+            {
+                "id": inc.id,
+                "category": inc.category.value,
+                "subject": inc.subject,
+                "state": inc.state.value,
+                "severity": Severity(inc.severity).label,
+                "opened_at": inc.opened_at,
+                "resolved_at": inc.resolved_at,
+                "summary": inc.summary,
+                "rule": inc.rule,
+                "actions": [
+                    {
+                        "name": a.name,
+                        "params": a.params,
+                        "outcome": a.outcome.value,
+                        "reason": a.reason,
+                        "at": a.at,
+                    }
+                    for a in store.actions(inc.id)
+                ],
+            }
+        )
+    return out
+
+
+__all__ = ["incident_dicts", "main", "run_watch", "setup_logging"]

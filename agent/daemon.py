@@ -1,0 +1,351 @@
+"""The daemon: one asyncio loop wiring collectors, rules, incidents, remediation and the
+supervisor, in the one direction ARCHITECTURE.md draws. The file watcher runs in its
+own thread and only wakes the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from ascend_doctor.agent.incidents import ACTIVE, IncidentManager
+from ascend_doctor.agent.launch import LaunchSpec
+from ascend_doctor.agent.remediation import Context, Remediator
+from ascend_doctor.agent.supervisor import ExitDecision, Supervisor, http_probe
+from ascend_doctor.collectors.logs import Checkpoints, Source, Tailer, Waker
+from ascend_doctor.collectors.npu_smi import parse_info, run_npu_smi, samples_from_info
+from ascend_doctor.core.config import Config
+from ascend_doctor.core.errors import CollectorError
+from ascend_doctor.core.events import Finding, IncidentState, ProcessEvent, ProcessState
+from ascend_doctor.core.store import Store
+from ascend_doctor.rules import Engine, RuleSet
+
+log = logging.getLogger(__name__)
+
+DECIDE_DELAY = 1.0  # seconds a finding waits for the server's exit to be seen with it
+
+
+class _StoreCheckpoints(Checkpoints):
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def get(self, identity: str) -> int | None:
+        return self.store.offset(identity)
+
+    def put(self, items: list[tuple[str, str, int]]) -> None:
+        self.store.set_offsets(items)
+
+
+def cann_log_root(env: Mapping[str, str]) -> Path:
+    """Where CANN writes plogs for a process with this environment (FORMATS.md section 1)."""
+    for var in ("ASCEND_PROCESS_LOG_PATH", "ASCEND_WORK_PATH"):
+        if env.get(var):
+            root = Path(env[var])
+            return root if var == "ASCEND_PROCESS_LOG_PATH" else root / "log"
+    return Path(env.get("HOME", str(Path.home()))) / "ascend" / "log"
+
+
+class Daemon:
+    """Everything ``ascend-doctor watch`` runs."""
+
+    def __init__(
+        self,
+        config: Config,
+        state_dir: Path,
+        spec: LaunchSpec | None,
+        rules: RuleSet,
+        *,
+        base_env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.config = config
+        self.state_dir = state_dir
+        self.base_spec = spec
+        self.base_env = dict(os.environ if base_env is None else base_env)
+        self.store = Store.in_dir(state_dir)
+        self.engine = Engine(
+            rules,
+            context_before=config.logs.context_before,
+            context_after=config.logs.context_after,
+        )
+        self.incidents = IncidentManager(self.store, config.incidents)
+        self.log_path = _under(state_dir, config.server.log_file)
+        self.tailer = Tailer(
+            self._sources(),
+            _StoreCheckpoints(self.store),
+            read_from=config.logs.read_from,
+            max_line_bytes=config.logs.max_line_bytes,
+        )
+        self._wake = asyncio.Event()
+        self._lock = asyncio.Lock()
+        self._pending: dict[int, float] = {}
+        self._stopping = False
+        self._own_pids: set[int] = set()
+        self._run_start = 0.0  # wall time the server last became RUNNING
+        self.collector_failures: dict[str, int] = {"npu_smi": 0}
+        self.supervisor: Supervisor | None = None
+        if spec is not None:
+            url = config.server.health_url or spec.health_base_url()
+            self.supervisor = Supervisor(
+                self.effective_spec,
+                config.server,
+                self.log_path,
+                probe=http_probe(url),
+                on_change=self._on_change,
+                on_exit=self._on_exit,
+                base_env=self.base_env,
+            )
+        self.remediator = Remediator(
+            Context(
+                config=config.remediation,
+                store=self.store,
+                spec=self.effective_spec,
+                base_env=self._server_env(),
+                npu_smi=config.collectors.npu_smi.path,
+                npu_smi_timeout=config.collectors.npu_smi.timeout,
+                server_running=lambda: (
+                    self.supervisor is not None and self.supervisor.pid is not None
+                ),
+                server_pid=lambda: self.supervisor.pid if self.supervisor else None,
+                stop_server=self._stop_server,
+                sleep=asyncio.sleep,
+                clock=time.time,
+                own_pids=self._own_pids,
+            ),
+            rules,
+        )
+
+    # -- wiring --------------------------------------------------------------------------------
+
+    def effective_spec(self) -> LaunchSpec:
+        """The base launch spec with every stored override applied."""
+        assert self.base_spec is not None
+        return self.base_spec.apply(self.store.overrides())
+
+    def _server_env(self) -> dict[str, str]:
+        env = dict(self.base_env)
+        if self.base_spec is not None:
+            env.update(self.base_spec.env)
+        return env
+
+    def _sources(self) -> list[Source]:
+        sources = [Source(str(self.log_path), "server")] if self.base_spec else []
+        if self.config.logs.cann:
+            root = cann_log_root(self._server_env())
+            for level in ("debug", "run"):
+                sources.append(Source(str(root / level / "plog" / "*.log"), "plog"))
+                sources.append(Source(str(root / level / "device-*" / "*.log"), "device"))
+        for pattern in self.config.logs.paths:
+            kind = "slog" if "/slog/" in pattern else "host"
+            sources.append(Source(pattern, kind))
+        return sources
+
+    # -- run -----------------------------------------------------------------------------------
+
+    async def run(self) -> int:
+        """Run until ``shutdown()``; returns the exit status for the CLI."""
+        loop = asyncio.get_running_loop()
+
+        def wake() -> None:
+            loop.call_soon_threadsafe(self._wake.set)
+
+        waker = Waker(wake)
+        waker.start(self.tailer.watch_dirs())
+        if self.base_spec is not None:
+            self.store.set_meta(
+                "launch", {"argv": list(self.base_spec.argv), "env": dict(self.base_spec.env)}
+            )
+        self.store.set_meta(
+            "doctor",
+            {"pid": os.getpid(), "started_at": time.time(), "mode": self.config.remediation.mode},
+        )
+        self.tailer.poll()  # establish start positions before the server writes anything
+        self.tailer.commit()
+        tasks = [
+            asyncio.create_task(self._tail_loop(), name="tail"),
+            asyncio.create_task(self._decide_loop(), name="decide"),
+            asyncio.create_task(self._verify_loop(), name="verify"),
+        ]
+        if self.config.collectors.npu_smi.enabled:
+            tasks.append(asyncio.create_task(self._npu_smi_loop(), name="npu_smi"))
+        sup_task = None
+        if self.supervisor is not None:
+            self.supervisor.start()
+            sup_task = asyncio.create_task(self.supervisor.run(), name="supervisor")
+        try:
+            while not self._stopping:
+                if sup_task is not None and sup_task.done():
+                    sup_task.result()
+                    break
+                await asyncio.sleep(0.2)
+        finally:
+            for t in tasks:
+                t.cancel()
+            for t in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await t
+            if self.supervisor is not None and sup_task is not None:
+                await self.supervisor.shutdown()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await sup_task
+            await asyncio.to_thread(waker.stop)
+            self._drain()
+            self.tailer.close()
+            self.store.close()
+        if self.supervisor is not None and self.supervisor.state == ProcessState.FATAL:
+            return 1
+        return 0
+
+    def shutdown(self) -> None:
+        """Ask ``run()`` to stop the server and return."""
+        self._stopping = True
+
+    # -- logs and rules ------------------------------------------------------------------------
+
+    def _drain(self) -> None:
+        """Read every source to its end now and act on what it says."""
+        while True:
+            chunks = self.tailer.poll()
+            if not chunks:
+                break
+            findings: list[Finding] = []
+            for chunk in chunks:
+                findings.extend(self.engine.scan(chunk))
+            self._ingest(findings)
+            self.tailer.commit()
+
+    def _ingest(self, findings: list[Finding]) -> None:
+        if not findings:
+            return
+        for incident_id in self.incidents.ingest(findings):
+            self._pending.setdefault(incident_id, time.monotonic())
+
+    async def _tail_loop(self) -> None:
+        while True:
+            try:
+                self._drain()
+            except Exception:  # a failing part is logged and isolated; the daemon goes on
+                log.exception("tailing failed")
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.config.logs.poll_interval)
+
+    async def _npu_smi_loop(self) -> None:
+        cfg = self.config.collectors.npu_smi
+        binary = shutil.which(cfg.path, path=self._server_env().get("PATH")) or cfg.path
+        while True:
+            try:
+                res = await run_npu_smi(binary, ["info"], timeout=cfg.timeout)
+                if res.timed_out:
+                    raise CollectorError(f"npu-smi info timed out after {cfg.timeout:g}s; killed")
+                info = parse_info(res.stdout)
+                samples = samples_from_info(info, time.time())
+                for s in samples:
+                    self.store.add_sample(s.collector, s.subject, s.at, s.values)
+                self._ingest(self.engine.evaluate(samples))
+            except CollectorError as exc:
+                self.collector_failures["npu_smi"] += 1
+                log.warning("collector npu_smi: %s", exc)
+                if "not found" in str(exc):
+                    log.warning("collector npu_smi disabled")
+                    return
+            except Exception:
+                self.collector_failures["npu_smi"] += 1
+                log.exception("collector npu_smi failed")
+            await asyncio.sleep(cfg.interval)
+
+    # -- decisions -----------------------------------------------------------------------------
+
+    async def _decide_loop(self) -> None:
+        """Act on findings that arrived while the server is alive (after a short grace)."""
+        while True:
+            await asyncio.sleep(0.2)
+            due = [i for i, t in self._pending.items() if time.monotonic() - t >= DECIDE_DELAY]
+            if not due:
+                continue
+            async with self._lock:
+                restart = await self._remediate(due)
+            if restart and self.supervisor is not None and self.supervisor.pid is None:
+                self.supervisor.start()
+
+    async def _remediate(self, ids: list[int]) -> bool:
+        restart = False
+        for incident_id in ids:
+            if self._pending.pop(incident_id, None) is None:
+                continue
+            try:
+                result = await self.remediator.remediate(incident_id)
+            except Exception:
+                log.exception("remediation of incident %d failed", incident_id)
+                continue
+            restart = restart or result.restart
+        return restart
+
+    async def _on_exit(self, event: ProcessEvent) -> ExitDecision:
+        self._drain()  # the server's last words are in its log now: read them first
+        async with self._lock:
+            restart = await self._remediate(list(self._pending))
+        return ExitDecision.RESTART if restart else ExitDecision.BACKOFF
+
+    async def _stop_server(self, reason: str) -> None:
+        if self.supervisor is not None:
+            await self.supervisor.stop(reason)
+
+    def _on_change(self, event: ProcessEvent) -> None:
+        if event.pid is not None:
+            self._own_pids.add(event.pid)
+        if event.state == ProcessState.STARTING:
+            self.incidents.note_start(event.at)
+        if event.state == ProcessState.RUNNING:
+            self._run_start = event.at
+        self.store.add_process_event(
+            event.state.value,
+            event.previous.value,
+            event.at,
+            event.pid,
+            event.exit_code,
+            event.crashed,
+            event.reason,
+        )
+        self.store.set_meta(
+            "server",
+            {
+                "state": event.state.value,
+                "pid": event.pid,
+                "since": event.at,
+                "reason": event.reason,
+            },
+        )
+
+    async def _verify_loop(self) -> None:
+        """Resolve mitigating incidents once the server stayed healthy for the settle window."""
+        settle = self.config.remediation.settle_seconds
+        while True:
+            await asyncio.sleep(0.25)
+            sup = self.supervisor
+            if sup is None or sup.state != ProcessState.RUNNING:
+                continue
+            if time.time() - self._run_start < settle:
+                continue
+            for inc in self.store.incidents(states=ACTIVE):
+                if inc.state != IncidentState.MITIGATING:
+                    continue
+                actions = self.store.actions(inc.id)
+                if actions and actions[-1].at <= self._run_start:
+                    self.store.update_incident(
+                        inc.id, state=IncidentState.RESOLVED, resolved_at=time.time()
+                    )
+                    log.warning("incident %d resolved: server healthy for %.0fs", inc.id, settle)
+
+
+def _under(state_dir: Path, name: str) -> Path:
+    p = Path(name)
+    return p if p.is_absolute() else state_dir / p
+
+
+__all__ = ["Daemon", "cann_log_root"]

@@ -1,0 +1,196 @@
+"""``ascend-doctor demo``: the one place that imports ``sim/``.
+
+It builds a simulated Ascend host, then runs the ordinary watch code (the same
+Daemon) against it, scenario by scenario, and prints what happened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import socket
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ascend_doctor.agent.cli import incident_dicts, setup_logging
+from ascend_doctor.agent.daemon import Daemon
+from ascend_doctor.agent.launch import LaunchSpec
+from ascend_doctor.core.config import Config
+from ascend_doctor.core.errors import ConfigError
+from ascend_doctor.core.events import IncidentState
+from ascend_doctor.core.store import Store
+from ascend_doctor.rules import load_rules
+from ascend_doctor.sim.driver import drive
+from ascend_doctor.sim.host import SimHost
+from ascend_doctor.sim.scenarios import Scenario, list_scenarios, load_scenario
+
+SCENARIO_DEADLINE = 45.0  # seconds one scenario may take before it counts as not recovered
+
+
+def scenario_list() -> list[tuple[str, str]]:
+    """(name, description) of every scenario."""
+    return [(n, load_scenario(n).description) for n in list_scenarios()]
+
+
+def demo_config() -> Config:
+    """Defaults tuned for a simulated host: short waits, device resets allowed."""
+    base = Config()
+    return dataclasses.replace(
+        base,
+        server=dataclasses.replace(
+            base.server,
+            start_timeout=60.0,
+            backoff_initial=0.5,
+            backoff_max=5.0,
+            probe_interval=1.0,
+            stop_grace=5.0,
+        ),
+        remediation=dataclasses.replace(
+            base.remediation,
+            allow_device_reset=True,
+            reset_settle=1.0,
+            settle_seconds=3.0,
+            command_timeout=30.0,
+        ),
+        collectors=dataclasses.replace(
+            base.collectors,
+            npu_smi=dataclasses.replace(base.collectors.npu_smi, interval=1.0, timeout=5.0),
+        ),
+    )
+
+
+def _sim_paths(config: Config, host: SimHost) -> Config:
+    """The demo overrides only the simulator's paths (and keeps the terminal for the timeline)."""
+    return dataclasses.replace(
+        config,
+        server=dataclasses.replace(config.server, echo=False, health_url=""),
+        collectors=dataclasses.replace(
+            config.collectors,
+            npu_smi=dataclasses.replace(
+                config.collectors.npu_smi, path=str(host.bin_dir / "npu-smi")
+            ),
+        ),
+    )
+
+
+def free_port() -> int:
+    """A free TCP port on loopback."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def run_demo(
+    names: list[str], state_dir: Path | None, config: Config | None, *, verbose: bool = False
+) -> bool:
+    """Run scenarios; True when every one recovered."""
+    known = list_scenarios()
+    for name in names:
+        if name not in known:
+            raise ConfigError(f"unknown scenario {name!r}; known: {', '.join(known)}")
+    names = names or known
+    work = Path(tempfile.mkdtemp(prefix="ascend-doctor-demo-"))
+    state_dir = state_dir or work / "state"
+    state_dir.mkdir(parents=True, exist_ok=True)
+    setup_logging(verbose, None if verbose else state_dir / "doctor.log")
+    host = SimHost.create(work / "host")
+    base = _sim_paths(config or demo_config(), host)
+    click.echo(f"simulated Atlas 800T A2 (8 x 910B3) in {host.root}")
+    click.echo(f"state dir: {state_dir}\n")
+    results = []
+    t0 = time.monotonic()
+    for name in names:
+        scenario = load_scenario(name)
+        ok = asyncio.run(_run_scenario(scenario, host, base, state_dir))
+        results.append((name, ok))
+    click.echo(f"\ntour took {time.monotonic() - t0:.1f}s")
+    for name, ok in results:
+        click.echo(f"  {name:14} {'recovered' if ok else 'NOT RECOVERED'}")
+    click.echo(f"\nsee: ascend-doctor incidents --state-dir {state_dir}")
+    return all(ok for _, ok in results)
+
+
+async def _run_scenario(scenario: Scenario, host: SimHost, config: Config, state_dir: Path) -> bool:
+    click.echo(f"== {scenario.name}: {scenario.description}")
+    store = Store.in_dir(state_dir)
+    store.clear_overrides()  # each scenario is a different deployment
+    first_incident = max((i.id for i in store.incidents()), default=0)
+    store.close()
+    port = free_port()
+    argv = host.serve_argv(
+        scenario.model, ["--host", "127.0.0.1", "--port", str(port), *scenario.flags]
+    )
+    spec = LaunchSpec(tuple(argv), {**host.env(), **scenario.env})
+    daemon = Daemon(config, state_dir, spec, load_rules())
+    started = time.time()
+    run = asyncio.create_task(daemon.run())
+    driver = asyncio.create_task(drive(scenario, host, f"http://127.0.0.1:{port}"))
+    expected = scenario.expect["category"]
+    outcome = None
+    deadline = time.monotonic() + SCENARIO_DEADLINE
+    reader = Store.in_dir(state_dir, readonly=True)
+    try:
+        while time.monotonic() < deadline and not run.done():
+            mine = [i for i in reader.incidents() if i.id > first_incident]
+            done = [
+                i
+                for i in mine
+                if i.category.value == expected
+                and i.state in (IncidentState.RESOLVED, IncidentState.ESCALATED)
+            ]
+            if done:
+                outcome = done[0].state
+                break
+            await asyncio.sleep(0.2)
+        _timeline(reader, first_incident, started)
+    finally:
+        reader.close()
+        daemon.shutdown()
+        await run
+        driver.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await driver
+    ok = outcome == IncidentState.RESOLVED
+    click.echo(f"   result: {'recovered' if ok else 'not recovered'}\n")
+    return ok
+
+
+def _timeline(store: Store, first_incident: int, started: float) -> None:
+    events: list[tuple[float, str]] = []
+    for e in store.process_events(limit=200):
+        if e["at"] >= started and e["state"] in ("STARTING", "RUNNING", "EXITED", "FATAL"):
+            events.append((e["at"], f"server    {e['state']:8} {e['reason']}"))
+    for inc in incident_dicts(store):
+        if inc["id"] <= first_incident:
+            continue
+        events.append(
+            (
+                inc["opened_at"],
+                f"detected  {inc['category']} (incident {inc['id']},"
+                f" rule {inc['rule']}): {inc['summary']}",
+            )
+        )
+        for a in inc["actions"]:
+            events.append(
+                (
+                    a["at"],
+                    f"action    {a['name']} {a['outcome']}: {a['reason']}" + _params(a["params"]),
+                )
+            )
+        if inc["resolved_at"]:
+            events.append((inc["resolved_at"], f"{inc['state']:9} incident {inc['id']}"))
+    for at, text in sorted(events, key=lambda e: e[0]):
+        click.echo(f"   +{at - started:5.1f}s  {text}")
+
+
+def _params(params: dict[str, Any]) -> str:
+    shown = {k: v for k, v in params.items() if k in ("from", "to", "device", "args", "env")}
+    return f"  {shown}" if shown else ""
+
+
+__all__ = ["demo_config", "free_port", "run_demo", "scenario_list"]

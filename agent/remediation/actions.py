@@ -1,0 +1,259 @@
+"""Remediation actions. Each takes the context and the incident's evidence and returns
+an ActionResult; launch changes become stored overrides. No shell, and no log text
+ever reaches a command line: only integers parsed from captures do (device ids).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ascend_doctor.agent.launch import LaunchSpec
+from ascend_doctor.core.config import RemediationConfig
+from ascend_doctor.core.errors import CollectorError
+from ascend_doctor.core.events import Incident, Outcome
+from ascend_doctor.core.store import Store
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BLOCK_SIZE = 128  # vLLM-Ascend's default --block-size
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
+DEFAULT_MAX_NUM_SEQS = 256
+MIN_MAX_NUM_SEQS = 8
+ALLOC_CONF = "PYTORCH_NPU_ALLOC_CONF"
+
+
+@dataclass
+class Context:
+    """What actions may look at and act on."""
+
+    config: RemediationConfig
+    """The remediation policy."""
+    store: Store
+    """Where overrides and decisions go."""
+    spec: Callable[[], LaunchSpec]
+    """The server's effective launch spec (base + overrides)."""
+    base_env: Mapping[str, str]
+    """The environment the server inherits."""
+    npu_smi: str
+    """The npu-smi binary."""
+    npu_smi_timeout: float
+    """Timeout of read-only npu-smi calls."""
+    server_running: Callable[[], bool]
+    """Whether the server process exists."""
+    server_pid: Callable[[], int | None]
+    """The server's pid, when it runs."""
+    stop_server: Callable[[str], Awaitable[None]]
+    """Stop the server (and keep it stopped)."""
+    sleep: Callable[[float], Awaitable[None]]
+    """Injectable wait."""
+    clock: Callable[[], float]
+    """Wall clock."""
+    own_pids: set[int] = field(default_factory=set)
+    """PIDs this server has had (not foreign holders of a device)."""
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the incident's findings captured."""
+
+    captures: dict[str, str]
+    """Merged captures, the root finding's winning."""
+
+
+@dataclass(frozen=True)
+class Done:
+    """An action's outcome before it is stamped and recorded."""
+
+    outcome: Outcome
+    reason: str
+    params: dict[str, Any] = field(default_factory=dict)
+    restart: bool = False  # the server must be (re)started for this to take effect
+    override: tuple[str, str, str] | None = None  # (key, kind, value) to store
+
+
+Action = Callable[[Context, Incident, dict[str, Any], Evidence], Awaitable[Done]]
+
+
+def _int(text: str | None) -> int | None:
+    try:
+        return int(str(text).replace(",", "")) if text is not None else None
+    except ValueError:
+        return None
+
+
+async def lower_max_model_len(
+    ctx: Context, inc: Incident, params: dict[str, Any], ev: Evidence
+) -> Done:
+    """Lower --max-model-len to what the evidence says fits, rounded down to the block size."""
+    spec = ctx.spec()
+    current = _int(spec.flag("--max-model-len")) or _int(ev.captures.get("max_model_len"))
+    block = _int(spec.flag("--block-size")) or DEFAULT_BLOCK_SIZE
+    fits = _int(ev.captures.get("estimate"))
+    source = "vLLM's estimated maximum model length"
+    if fits is None:
+        fits = _int(ev.captures.get("kv_tokens"))
+        source = "the KV cache size in tokens"
+    if fits is None:
+        return Done(Outcome.REFUSED, "no evidence of what fits (no estimate, no KV token count)")
+    target = fits // block * block
+    p = {"from": current, "to": target, "fits": fits, "block_size": block, "evidence": source}
+    floor = ctx.config.min_max_model_len
+    if target < floor:
+        return Done(Outcome.REFUSED, f"{target} would be below the floor {floor}", p)
+    if current is not None and target >= current:
+        return Done(Outcome.REFUSED, f"{target} is not lower than the current {current}", p)
+    why = f"{source} is {fits}; {target} is the largest multiple of block size {block}"
+    return Done(Outcome.OK, why, p, restart=True, override=("--max-model-len", "arg", str(target)))
+
+
+async def lower_gpu_memory_utilization(
+    ctx: Context, inc: Incident, params: dict[str, Any], ev: Evidence
+) -> Done:
+    """Lower --gpu-memory-utilization by the configured step, never below the floor."""
+    spec = ctx.spec()
+    try:
+        current = float(spec.flag("--gpu-memory-utilization") or DEFAULT_GPU_MEMORY_UTILIZATION)
+    except ValueError:
+        return Done(Outcome.REFUSED, "the current --gpu-memory-utilization is not a number")
+    step = float(params.get("step", ctx.config.gpu_memory_utilization_step))
+    target = round(current - step, 2)
+    floor = ctx.config.min_gpu_memory_utilization
+    p = {"from": current, "to": target}
+    if target < floor:
+        return Done(Outcome.REFUSED, f"{target} would be below the floor {floor}", p)
+    why = f"leave {step:.2f} more of the card's memory outside vLLM's pool"
+    return Done(
+        Outcome.OK,
+        why,
+        p,
+        restart=True,
+        override=("--gpu-memory-utilization", "arg", f"{target:g}"),
+    )
+
+
+async def lower_max_num_seqs(
+    ctx: Context, inc: Incident, params: dict[str, Any], ev: Evidence
+) -> Done:
+    """Halve --max-num-seqs (fewer sequences at once need less activation memory)."""
+    current = _int(ctx.spec().flag("--max-num-seqs")) or DEFAULT_MAX_NUM_SEQS
+    target = max(MIN_MAX_NUM_SEQS, current // 2)
+    p = {"from": current, "to": target}
+    if target >= current:
+        return Done(Outcome.REFUSED, f"--max-num-seqs {current} is already at the floor", p)
+    return Done(
+        Outcome.OK,
+        "serve fewer sequences at once",
+        p,
+        restart=True,
+        override=("--max-num-seqs", "arg", str(target)),
+    )
+
+
+async def set_env(ctx: Context, inc: Incident, params: dict[str, Any], ev: Evidence) -> Done:
+    """Set an environment variable of the server (e.g. the allocator's expandable segments)."""
+    name, value = str(params.get("name", "")), str(params.get("value", ""))
+    if not re.fullmatch(r"[A-Z_][A-Z0-9_]*", name):
+        return Done(Outcome.REFUSED, f"invalid environment variable name {name!r}")
+    current = ctx.spec().getenv(name, ctx.base_env)
+    p = {"name": name, "value": value, "from": current}
+    if current == value:
+        return Done(Outcome.OK, f"{name} is already {value}", p)
+    if name == ALLOC_CONF and current and "expandable_segments" not in current:
+        return Done(
+            Outcome.REFUSED,
+            f"the server already sets {name}={current}, which may not combine with {value}",
+            p,
+        )
+    return Done(Outcome.OK, f"set {name}={value}", p, restart=True, override=(name, "env", value))
+
+
+async def restart(ctx: Context, inc: Incident, params: dict[str, Any], ev: Evidence) -> Done:
+    """Restart the server with the launch spec as it now stands."""
+    return Done(Outcome.OK, "restart the server", {}, restart=True)
+
+
+async def reset_device(ctx: Context, inc: Incident, params: dict[str, Any], ev: Evidence) -> Done:
+    """``npu-smi set -t reset -i N -c 0`` on this server's faulty device, then check its health."""
+    from ascend_doctor.collectors.npu_smi import parse_info, parse_pairs, run_npu_smi
+
+    spec = ctx.spec()
+    devices = spec.devices(ctx.base_env)
+    device = _int(params.get("device")) if "device" in params else None
+    if device is None:
+        device = _int(ev.captures.get("device"))
+    if device is None and inc.subject.startswith("npu"):
+        device = _int(inc.subject[3:].split(".")[0])
+    if device is None and len(devices) == 1:
+        device = devices[0]
+    if device is None:
+        return Done(Outcome.REFUSED, "the evidence does not say which device failed")
+    chip = 0
+    p: dict[str, Any] = {"device": device, "chip": chip}
+    if not ctx.config.allow_device_reset:
+        return Done(
+            Outcome.REFUSED,
+            "device resets are not allowed (remediation.allow_device_reset = false)",
+            p,
+        )
+    if device not in devices:
+        return Done(Outcome.REFUSED, f"device {device} is not used by this server ({devices})", p)
+    binary = shutil.which(ctx.npu_smi, path=ctx.base_env.get("PATH")) or ctx.npu_smi
+    if ctx.server_running():
+        await ctx.stop_server(f"stopping the server to reset device {device}")
+    try:
+        info_run = await run_npu_smi(binary, ["info"], timeout=ctx.npu_smi_timeout)
+        info = parse_info(info_run.stdout)
+    except CollectorError as exc:
+        return Done(Outcome.FAILED, f"cannot read the process table before a reset: {exc}", p)
+    holders = [pr for pr in info.processes_on(device) if pr.pid not in ctx.own_pids]
+    if holders:
+        pids = ", ".join(f"pid {h.pid} ({h.name})" for h in holders)
+        p["holders"] = [h.pid for h in holders]
+        return Done(Outcome.REFUSED, f"reset refused: {pids} holds device {device}", p)
+    argv = ["set", "-t", "reset", "-i", str(device), "-c", str(chip)]
+    p["command"] = ["npu-smi", *argv]
+    try:
+        res = await run_npu_smi(binary, argv, timeout=ctx.config.command_timeout)
+    except CollectorError as exc:
+        return Done(Outcome.FAILED, str(exc), p)
+    p["output"] = (res.stdout + res.stderr).strip()[-500:]
+    if res.timed_out:
+        return Done(
+            Outcome.UNKNOWN, f"npu-smi reset did not finish in {ctx.config.command_timeout:.0f}s", p
+        )
+    if res.returncode != 0:
+        return Done(Outcome.FAILED, f"npu-smi reset exited with status {res.returncode}", p)
+    await ctx.sleep(ctx.config.reset_settle)
+    health_run = await run_npu_smi(
+        binary,
+        ["info", "-t", "health", "-i", str(device), "-c", str(chip)],
+        timeout=ctx.npu_smi_timeout,
+    )
+    health = parse_pairs(health_run.stdout).get("Health Status", "unknown")
+    p["health_after"] = health
+    if health != "OK":
+        return Done(Outcome.FAILED, f"device {device} health is {health} after the reset", p)
+    return Done(
+        Outcome.OK,
+        f"device {device} reset; health OK after {ctx.config.reset_settle:g}s",
+        p,
+        restart=True,
+    )
+
+
+ACTIONS: dict[str, Action] = {
+    "lower_max_model_len": lower_max_model_len,
+    "lower_gpu_memory_utilization": lower_gpu_memory_utilization,
+    "lower_max_num_seqs": lower_max_num_seqs,
+    "set_env": set_env,
+    "restart": restart,
+    "reset_device": reset_device,
+}
+"""Every action by name; rules name these."""
+
+__all__ = ["ACTIONS", "Context", "Done", "Evidence"]

@@ -1,0 +1,152 @@
+"""Plans and runs remediation steps within the policy; records every decision.
+
+The plan is the root rule's ordered steps. The next step runs only when the
+previous one did not help (its root came back after the restart). Attempts are
+bounded per incident; when steps or attempts run out the incident is escalated.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from ascend_doctor.agent.remediation.actions import ACTIONS, Context, Done, Evidence
+from ascend_doctor.core.events import (
+    ActionResult,
+    Incident,
+    IncidentState,
+    Outcome,
+    PlannedAction,
+)
+from ascend_doctor.rules.loader import RuleSet
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What a remediation decision means for the server."""
+
+    restart: bool
+    """Start the server (again) now: a change was applied."""
+    escalated: bool = False
+    """The incident went to a human."""
+
+
+class Remediator:
+    """Runs the next step of an incident's plan."""
+
+    def __init__(self, ctx: Context, rules: RuleSet) -> None:
+        self.ctx = ctx
+        self.steps: dict[str, tuple[tuple[PlannedAction, ...], ...]] = {}
+        for rule in rules.text:
+            self.steps[rule.id] = rule.remediation
+        for threshold in rules.thresholds:
+            self.steps[threshold.id] = threshold.remediation
+
+    async def remediate(self, incident_id: int) -> StepResult:
+        """Decide and run the next step for an incident; every decision is recorded."""
+        store, cfg = self.ctx.store, self.ctx.config
+        inc = store.incident(incident_id)
+        if inc.state not in (IncidentState.OPEN, IncidentState.MITIGATING):
+            return StepResult(restart=False)
+        steps = self.steps.get(inc.rule, ())
+        if cfg.mode == "off":
+            self._record(inc, "plan", Outcome.REFUSED, "remediation.mode is off", {})
+            return StepResult(restart=False)
+        if inc.attempts >= cfg.max_attempts:
+            return self._escalate(inc, f"{inc.attempts} attempts made (limit {cfg.max_attempts})")
+        if inc.step >= len(steps):
+            why = "no remediation step left" if steps else "no automatic fix for this failure"
+            return self._escalate(inc, why)
+        step = steps[inc.step]
+        evidence = self._evidence(inc)
+        restart = False
+        for planned in step:
+            done = await self._run(inc, planned, evidence)
+            if done.outcome in (Outcome.REFUSED, Outcome.FAILED, Outcome.UNKNOWN):
+                store.update_incident(inc.id, step=inc.step + 1, attempts=inc.attempts + 1)
+                return self._escalate(store.incident(inc.id), f"{planned.name}: {done.reason}")
+            restart = restart or done.restart
+        applied = restart and not cfg.dry_run and cfg.mode == "auto"
+        store.update_incident(
+            inc.id,
+            step=inc.step + 1,
+            attempts=inc.attempts + 1,
+            state=IncidentState.MITIGATING if applied else inc.state,
+        )
+        return StepResult(restart=applied)
+
+    async def _run(self, inc: Incident, planned: PlannedAction, ev: Evidence) -> Done:
+        action = ACTIONS.get(planned.name)
+        if action is None:
+            done = Done(Outcome.REFUSED, f"unknown action {planned.name!r}")
+            self._record(inc, planned.name, done.outcome, done.reason, planned.params)
+            return done
+        if planned.name == "reset_device" and (
+            self.ctx.config.dry_run or self.ctx.config.mode != "auto"
+        ):
+            # A reset acts on the world even to check its preconditions (it stops the server).
+            mode = "dry_run" if self.ctx.config.dry_run else self.ctx.config.mode
+            done = Done(_passive(mode), f"{mode}: would reset the device", dict(planned.params))
+            self._record(inc, planned.name, done.outcome, done.reason, done.params)
+            return Done(done.outcome, done.reason, done.params)
+        try:
+            done = await action(self.ctx, inc, dict(planned.params), ev)
+        except Exception as exc:  # an action's bug must not stop the daemon
+            log.exception("action %s failed", planned.name)
+            done = Done(Outcome.FAILED, f"{type(exc).__name__}: {exc}")
+        if done.outcome == Outcome.OK and (
+            self.ctx.config.dry_run or self.ctx.config.mode != "auto"
+        ):
+            mode = "dry_run" if self.ctx.config.dry_run else self.ctx.config.mode
+            done = Done(_passive(mode), f"{mode}: would {done.reason}", done.params)
+        elif done.outcome == Outcome.OK and done.override is not None:
+            key, kind, value = done.override
+            self.ctx.store.set_override(key, kind, value, inc.id)
+        params = dict(done.params)
+        if planned.name == "restart":
+            params.update(self._launch_changes())
+        self._record(inc, planned.name, done.outcome, done.reason, params)
+        return done
+
+    def _launch_changes(self) -> dict[str, Any]:
+        overrides = self.ctx.store.overrides()
+        return {
+            "args": {o.key: o.value for o in overrides if o.kind in ("arg", "flag")},
+            "env": {o.key: o.value for o in overrides if o.kind == "env"},
+            "argv": list(self.ctx.spec().argv),
+        }
+
+    def _evidence(self, inc: Incident) -> Evidence:
+        captures: dict[str, str] = {}
+        for f in reversed(self.ctx.store.findings(inc.id)):
+            captures.update(f["captures"])
+        # the root rule's own captures win over its symptoms'
+        for f in self.ctx.store.findings(inc.id):
+            if f["rule"] == inc.rule:
+                captures.update(f["captures"])
+        return Evidence(captures)
+
+    def _escalate(self, inc: Incident, why: str) -> StepResult:
+        self._record(inc, "escalate", Outcome.OK, why, {})
+        self.ctx.store.update_incident(
+            inc.id, state=IncidentState.ESCALATED, resolved_at=self.ctx.clock()
+        )
+        log.error("incident %d escalated: %s", inc.id, why)
+        return StepResult(restart=False, escalated=True)
+
+    def _record(
+        self, inc: Incident, name: str, outcome: Outcome, reason: str, params: dict[str, Any]
+    ) -> None:
+        result = ActionResult(name, params, outcome, reason, self.ctx.clock())
+        self.ctx.store.add_action(inc.id, result)
+        log.warning("incident %d: %s %s: %s", inc.id, name, outcome.value, reason)
+
+
+def _passive(mode: str) -> Outcome:
+    return Outcome.DRY_RUN if mode == "dry_run" else Outcome.SUGGESTED
+
+
+__all__ = ["Remediator", "StepResult"]
