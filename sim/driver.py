@@ -1,0 +1,67 @@
+"""Plays a scenario's stimulus against a running fake server: the clients and the hardware.
+
+The demo and the integration tests run it next to the doctor. It waits for the
+server to be healthy for the first time, then sends the scenario's requests
+and/or injects its fault, exactly once, and returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+
+from ascend_doctor.sim.host import SimHost
+from ascend_doctor.sim.scenarios import Scenario
+
+POLL_S = 0.1
+
+
+async def wait_healthy(client: httpx.AsyncClient, base_url: str, deadline: float) -> None:
+    """Poll ``/health`` until it answers 200; TimeoutError once ``deadline`` (monotonic) passes."""
+    while True:
+        try:
+            resp = await client.get(f"{base_url}/health", timeout=1.0)
+            if resp.status_code == 200:
+                return
+        except httpx.HTTPError:
+            # Not listening yet, still loading, or restarting: keep polling.
+            pass
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"{base_url}/health did not answer 200 before the deadline")
+        await asyncio.sleep(POLL_S)
+
+
+async def _request(client: httpx.AsyncClient, base_url: str, scenario: Scenario) -> None:
+    stim = scenario.stimulus
+    body = {
+        "model": scenario.model,
+        "prompt": " ".join(["hello"] * stim.prompt_tokens),
+        "max_tokens": stim.max_tokens,
+    }
+    try:
+        await client.post(f"{base_url}/v1/completions", json=body, timeout=30.0)
+    except httpx.HTTPError:
+        # A dying server is the point of most scenarios; its answer does not matter.
+        pass
+
+
+async def drive(
+    scenario: Scenario, host: SimHost, base_url: str, *, deadline_s: float = 60.0
+) -> None:
+    """Wait for the first healthy server, then play the stimulus once.
+
+    Raises TimeoutError if the server is not healthy within ``deadline_s``.
+    ``base_url`` must point at 127.0.0.1 (the fake server's address).
+    """
+    deadline = time.monotonic() + deadline_s
+    stim = scenario.stimulus
+    # trust_env=False: a proxy from the environment must never see sim traffic.
+    async with httpx.AsyncClient(trust_env=False) as client:
+        await wait_healthy(client, base_url.rstrip("/"), deadline)
+        await asyncio.sleep(stim.after_seconds)
+        jobs = [_request(client, base_url.rstrip("/"), scenario) for _ in range(stim.requests)]
+        if stim.inject_device is not None and stim.inject_fault is not None:
+            jobs.append(asyncio.to_thread(host.inject, stim.inject_device, stim.inject_fault))
+        await asyncio.gather(*jobs)

@@ -1,0 +1,151 @@
+"""Failure scenarios of the simulated host, one YAML file each in ``sim/scenarios/``.
+
+A scenario says how the fake server is started (model, flags, env), what the
+driver does to it once it is first healthy (requests and/or an injected fault),
+and what the doctor is expected to conclude (category and remedial action).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import yaml
+
+from ascend_doctor.sim.faults import FAULTS
+
+SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
+_KEYS = {"name", "description", "model", "flags", "env", "stimulus", "expect"}
+_STIMULUS_KEYS = {"requests", "prompt_tokens", "max_tokens", "inject", "after_seconds"}
+
+
+@dataclass(frozen=True)
+class Stimulus:
+    """What the driver does once the server is first healthy."""
+
+    requests: int = 0
+    prompt_tokens: int = 0
+    max_tokens: int = 16
+    inject_device: int | None = None
+    inject_fault: str | None = None
+    after_seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One scenario file, validated."""
+
+    name: str
+    description: str
+    model: str
+    flags: tuple[str, ...]
+    env: Mapping[str, str]
+    stimulus: Stimulus
+    expect: Mapping[str, str]
+    """``{"category": ..., "action": ...}``: what the doctor should find and do."""
+    path: Path
+
+
+def list_scenarios() -> list[str]:
+    """Names of the scenarios shipped with the sim, sorted."""
+    return sorted(p.stem for p in SCENARIO_DIR.glob("*.yaml"))
+
+
+def load_scenario(name: str) -> Scenario:
+    """Load scenario ``name``; KeyError names the known ones, ValueError a bad field."""
+    path = SCENARIO_DIR / f"{name}.yaml"
+    if not path.is_file():
+        raise KeyError(f"unknown scenario {name!r}; known: {', '.join(list_scenarios())}")
+    return parse_scenario(path)
+
+
+def _fail(path: Path, key: str, why: str) -> ValueError:
+    return ValueError(f"{path}: key {key!r}: {why}")
+
+
+def _str(path: Path, data: Mapping[str, Any], key: str) -> str:
+    value = data.get(key)
+    if not isinstance(value, str) or not value.strip():
+        raise _fail(path, key, f"expected a non-empty string, got {value!r}")
+    return value
+
+
+def _number(path: Path, data: Mapping[str, Any], key: str, default: float) -> float:
+    value = data.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise _fail(path, key, f"expected a number >= 0, got {value!r}")
+    return float(value)
+
+
+def _stimulus(path: Path, raw: object) -> Stimulus:
+    if raw is None:
+        return Stimulus()
+    if not isinstance(raw, dict):
+        raise _fail(path, "stimulus", f"expected a mapping, got {raw!r}")
+    extra = set(raw) - _STIMULUS_KEYS
+    if extra:
+        raise _fail(path, "stimulus", f"unknown keys {sorted(extra)}")
+    device: int | None = None
+    fault: str | None = None
+    inject = raw.get("inject")
+    if inject is not None:
+        if not isinstance(inject, dict) or set(inject) != {"device", "fault"}:
+            raise _fail(path, "stimulus.inject", "expected {device: N, fault: NAME}")
+        device, fault = inject["device"], inject["fault"]
+        if not isinstance(device, int) or isinstance(device, bool) or device < 0:
+            raise _fail(path, "stimulus.inject.device", f"expected a device id, got {device!r}")
+        if fault not in FAULTS:
+            raise _fail(path, "stimulus.inject.fault", f"unknown fault {fault!r}")
+    return Stimulus(
+        requests=int(_number(path, raw, "requests", 0)),
+        prompt_tokens=int(_number(path, raw, "prompt_tokens", 0)),
+        max_tokens=int(_number(path, raw, "max_tokens", 16)),
+        inject_device=device,
+        inject_fault=fault,
+        after_seconds=_number(path, raw, "after_seconds", 0.0),
+    )
+
+
+def _str_map(path: Path, raw: object, key: str, required: tuple[str, ...]) -> Mapping[str, str]:
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in raw.items()
+    ):
+        raise _fail(path, key, f"expected a mapping of strings to strings, got {raw!r}")
+    missing = [k for k in required if k not in raw]
+    if missing:
+        raise _fail(path, key, f"missing {missing}")
+    return MappingProxyType(dict(raw))
+
+
+def parse_scenario(path: Path) -> Scenario:
+    """Parse and validate one scenario file."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping at the top level")
+    extra = set(data) - _KEYS
+    if extra:
+        raise _fail(path, sorted(extra)[0], "unknown key")
+    flags = data.get("flags") or []
+    if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
+        raise _fail(path, "flags", f"expected a list of strings, got {flags!r}")
+    name = _str(path, data, "name")
+    if name != path.stem:
+        raise _fail(path, "name", f"{name!r} does not match the file name {path.stem!r}")
+    return Scenario(
+        name=name,
+        description=_str(path, data, "description"),
+        model=_str(path, data, "model"),
+        flags=tuple(flags),
+        env=_str_map(path, data.get("env"), "env", ()),
+        stimulus=_stimulus(path, data.get("stimulus")),
+        expect=_str_map(path, data.get("expect"), "expect", ("category", "action")),
+        path=path,
+    )

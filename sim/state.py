@@ -1,0 +1,152 @@
+"""The simulated host's shared state: one JSON file guarded by an fcntl lock file.
+
+The fake ``npu-smi`` and the fake ``vllm serve`` run as separate processes and
+touch the same device and process records concurrently, so every change goes
+through :func:`update_state`: take the lock, read, mutate, write a temp file and
+``os.replace`` it. Readers never see a half-written file, even without the lock.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+STATE_ENV = "ASCEND_SIM_STATE"
+HBM_TOTAL_MB = 65536
+IDLE_HBM_MB = 3400
+CHIP_NAME = "910B3"
+DRIVER_VERSION = "24.1.rc2"
+FIRMWARE_VERSION = "7.5.0.1.220"
+
+# Bus-Ids of an Atlas 800T A2, in the order npu-smi lists them.
+_BUS_IDS = (
+    "0000:C1:00.0",
+    "0000:01:00.0",
+    "0000:C2:00.0",
+    "0000:02:00.0",
+    "0000:81:00.0",
+    "0000:41:00.0",
+    "0000:82:00.0",
+    "0000:42:00.0",
+)
+
+
+def _bus_id(n: int) -> str:
+    if n < len(_BUS_IDS):
+        return _BUS_IDS[n]
+    return f"0000:{0x90 + n:02X}:00.0"
+
+
+def initial_state(
+    devices: int, reset_seconds: float, load_seconds: float, npu_smi_log: Path
+) -> dict[str, Any]:
+    """Return a fresh state: ``devices`` healthy idle 910B3 cards and no processes."""
+    return {
+        "devices": [
+            {
+                "id": n,
+                "name": CHIP_NAME,
+                "health": "OK",
+                "fault": None,
+                "error_code": "NA",
+                "error_info": "NA",
+                "bus_id": _bus_id(n),
+                # Small per-card spread so the table looks like real hardware.
+                "power": round(88.0 + (n * 1.7) % 6, 1),
+                "temp": 36 + (n * 3) % 5,
+                "idle_hbm_mb": IDLE_HBM_MB - 4 + (n * 5) % 9,
+            }
+            for n in range(devices)
+        ],
+        "processes": [],
+        "npu_smi_mode": "normal",
+        "reset_seconds": reset_seconds,
+        "load_seconds": load_seconds,
+        "npu_smi_log": str(npu_smi_log),
+    }
+
+
+def _lock_path(path: Path) -> Path:
+    return path.with_name(path.name + ".lock")
+
+
+def read_state(path: Path) -> dict[str, Any]:
+    """Read the state file (no lock needed: writes are atomic replaces)."""
+    with path.open(encoding="utf-8") as f:
+        data: dict[str, Any] = json.load(f)
+    return data
+
+
+def write_state(path: Path, state: dict[str, Any]) -> None:
+    """Atomically replace the state file; callers hold the lock."""
+    fd, tmp = tempfile.mkstemp(prefix=".npu.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(state, f, indent=1)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@contextmanager
+def update_state(path: Path) -> Iterator[dict[str, Any]]:
+    """Lock, yield the state for mutation, then write it back atomically."""
+    with _lock_path(path).open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            state = read_state(path)
+            yield state
+            write_state(path, state)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def pid_alive(pid: int) -> bool:
+    """True if ``pid`` is a running process (zombies count as dead)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A SIGKILLed child stays a zombie until its parent reaps it; it no longer
+    # holds the device, so the real driver would not list it either.
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[-1].split()[:1] != ["Z"]
+
+
+def prune_dead(state: dict[str, Any]) -> bool:
+    """Drop process records whose pid is gone; return True if any were dropped."""
+    procs = state["processes"]
+    live = [p for p in procs if pid_alive(int(p["pid"]))]
+    state["processes"] = live
+    return len(live) != len(procs)
+
+
+def find_device(state: dict[str, Any], n: int) -> dict[str, Any] | None:
+    """Return the record of device ``n`` or None when the host has no such card."""
+    devices: list[dict[str, Any]] = state["devices"]
+    for dev in devices:
+        if dev["id"] == n:
+            return dev
+    return None
+
+
+def state_path_from_env(default: Path | None = None) -> Path:
+    """Locate the state file via ASCEND_SIM_STATE, else ``default``."""
+    value = os.environ.get(STATE_ENV)
+    if value:
+        return Path(value)
+    if default is None:
+        raise FileNotFoundError(f"{STATE_ENV} is not set and no state path was given")
+    return default

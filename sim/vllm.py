@@ -1,0 +1,297 @@
+"""The fake ``vllm serve``: ``python -m ascend_doctor.sim.vllm serve MODEL [flags]``.
+
+It prints vLLM-Ascend's start-up and failure output, writes CANN plogs, holds
+the used devices in the simulated host's state, and serves the HTTP endpoints
+the doctor probes. The failure paths are the point: a KV cache too small for
+``--max-model-len`` (exit 1), an unhealthy device at start-up (exit 1), NPU OOM
+at run time and a device fault at run time (both exit 0, as real vLLM does).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from ascend_doctor.sim import vllm_text as txt
+from ascend_doctor.sim.engine import Engine, ServeConfig
+from ascend_doctor.sim.models import (
+    HBM_GIB,
+    MemoryPlan,
+    activation_headroom,
+    get_profile,
+    plan_memory,
+)
+from ascend_doctor.sim.state import STATE_ENV, find_device, prune_dead, read_state, update_state
+from ascend_doctor.sim.vllm_args import build_config, parse_args
+from ascend_doctor.sim.vllm_http import VERSION, SimServer
+from ascend_doctor.sim.vlog import API, ENGINE, Plog, VllmOut, log_root_from_env
+
+
+class Server:
+    """One run of the fake server, from argv to exit status."""
+
+    def __init__(self, cfg: ServeConfig, out: VllmOut) -> None:
+        self.cfg, self.out = cfg, out
+        self.pid = out.pid
+        env_state = os.environ.get(STATE_ENV)
+        self.state_path = Path(env_state) if env_state else None
+        self.stop = threading.Event()
+        self.plog = Plog(log_root_from_env(), self.pid, cfg.devices)
+        self.httpd: SimServer | None = None
+
+    # -- shared state ---------------------------------------------------------------
+    def _state(self) -> dict[str, Any] | None:
+        return read_state(self.state_path) if self.state_path else None
+
+    def register(self) -> None:
+        """Hold the used devices in the host state, as the driver would list us."""
+        if self.state_path is None:
+            return
+        mem = int(HBM_GIB * 1024 * self.cfg.gpu_memory_utilization)
+        with update_state(self.state_path) as state:
+            state["processes"] = [p for p in state["processes"] if p["pid"] != self.pid]
+            for d in self.cfg.devices:
+                state["processes"].append(
+                    {"device": d, "pid": self.pid, "name": "python3", "memory_mb": mem}
+                )
+
+    def deregister(self) -> None:
+        """Release the devices; safe to call more than once, from atexit too."""
+        if self.state_path is None or not self.state_path.exists():
+            return
+        with update_state(self.state_path) as state:
+            state["processes"] = [p for p in state["processes"] if p["pid"] != self.pid]
+
+    # -- start-up -------------------------------------------------------------------
+    def _fail(self, engine_text: str, failed: str) -> int:
+        self.out.log(ENGINE, "ERROR", "core.py:708", engine_text)
+        self.out.raw(API, txt.engine_init_failed(failed))
+        return 1
+
+    def _check_devices(self, state: dict[str, Any] | None) -> int | None:
+        if state is None:
+            return None
+        for logical, d in enumerate(self.cfg.devices):
+            dev = find_device(state, d)
+            if dev is None or dev["health"] != "OK":
+                self.plog.write(
+                    "ERROR",
+                    "RUNTIME",
+                    "device.cc:1163",
+                    f"Set device failed, device_id={d}, error code is 507033",
+                )
+                return self._fail(txt.set_device_error(self.pid, logical), "{}")
+        prune_dead(state)
+        for d in self.cfg.devices:
+            foreign_mb = sum(
+                p["memory_mb"]
+                for p in state["processes"]
+                if p["device"] == d and p["pid"] != self.pid
+            )
+            free = HBM_GIB - foreign_mb / 1024
+            if foreign_mb and free < self.cfg.gpu_memory_utilization * HBM_GIB:
+                err = txt.free_memory_error(free, HBM_GIB, self.cfg.gpu_memory_utilization)
+                return self._fail(err, "{'EngineCore_DP0': 1}")
+        return None
+
+    def _load(self, state: dict[str, Any] | None) -> MemoryPlan | int:
+        cfg = self.cfg
+        load_seconds = float(state.get("load_seconds", 0.5)) if state else 0.5
+        self.out.log(
+            ENGINE, "INFO", "model_runner_v1.py:2303", f"Starting to load model {cfg.model}..."
+        )
+        if self.stop.wait(load_seconds):
+            return 0
+        plan = plan_memory(
+            get_profile(cfg.model),
+            cfg.gpu_memory_utilization,
+            cfg.tensor_parallel_size,
+            cfg.block_size,
+        )
+        self.out.log(
+            ENGINE,
+            "INFO",
+            "default_loader.py:267",
+            f"Loading weights took {load_seconds:.2f} seconds",
+        )
+        self.out.log(
+            ENGINE,
+            "INFO",
+            "model_runner_v1.py:2345",
+            f"Loading model weights took {plan.weights_gib:.4f} GB",
+        )
+        if plan.available_bytes <= 0:
+            return self._fail(txt.no_cache_memory_error(), "{'EngineCore_DP0': 1}")
+        self.out.log(
+            ENGINE,
+            "INFO",
+            "worker_v1.py:245",
+            f"Available KV cache memory: {plan.available_gib:.2f} GiB",
+        )
+        if plan.needed_bytes(cfg.max_model_len) > plan.available_bytes:
+            return self._fail(txt.kv_cache_error(plan, cfg.max_model_len), "{'EngineCore_DP0': 1}")
+        self.out.log(
+            ENGINE,
+            "INFO",
+            "kv_cache_utils.py:1087",
+            f"GPU KV cache size: {plan.capacity_tokens:,} tokens",
+        )
+        self.out.log(
+            ENGINE,
+            "INFO",
+            "kv_cache_utils.py:1091",
+            f"Maximum concurrency for {cfg.max_model_len:,} tokens per request: "
+            f"{plan.capacity_tokens / cfg.max_model_len:.2f}x",
+        )
+        return plan
+
+    def run(self) -> int:
+        """Start up, serve until stopped or dead, shut down; return the exit status."""
+        cfg, out = self.cfg, self.out
+        profile = get_profile(cfg.model)
+        if cfg.max_model_len > profile.max_position:
+            out.raw(
+                API,
+                txt.api_value_error(
+                    f"User-specified max_model_len ({cfg.max_model_len}) is greater than the "
+                    f"derived max_model_len (max_position_embeddings={profile.max_position} or "
+                    "model_max_length=None in model's config.json). To allow overriding this "
+                    "maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1."
+                ),
+            )
+            return 1
+        if len(cfg.devices) < cfg.tensor_parallel_size:
+            out.raw(
+                API,
+                txt.api_value_error(
+                    f"tensor_parallel_size ({cfg.tensor_parallel_size}) is larger than the "
+                    f"number of visible devices ({len(cfg.devices)})."
+                ),
+            )
+            return 1
+        out.log(API, "INFO", "model.py:547", f"Resolved architecture: {profile.architecture}")
+        out.log(API, "INFO", "model.py:1510", f"Using max model len {cfg.max_model_len}")
+        # Bind before the engine starts, like vLLM: probes during loading get no answer.
+        self.httpd = SimServer((cfg.host, cfg.port))
+        out.log(
+            ENGINE,
+            "INFO",
+            "core.py:77",
+            f"Initializing a V1 LLM engine (v{VERSION}) with config: model='{cfg.model}', "
+            f"max_seq_len={cfg.max_model_len}, tensor_parallel_size={cfg.tensor_parallel_size}, "
+            f"device_config=npu, enforce_eager={cfg.enforce_eager}",
+        )
+        self.plog.write(
+            "EVENT", "RUNTIME", "runtime.cc:1652", f"rtSetDevice: devices={cfg.devices}"
+        )
+        state = self._state()
+        rc = self._check_devices(state)
+        if rc is not None:
+            return rc
+        self.register()
+        loaded = self._load(state)
+        if isinstance(loaded, int):
+            return loaded
+        return self._serve(loaded)
+
+    def _serve(self, plan: MemoryPlan) -> int:
+        cfg, out = self.cfg, self.out
+        headroom = activation_headroom(plan, cfg.gpu_memory_utilization, cfg.expandable_segments)
+        engine = Engine(cfg, plan, headroom, out, self.plog)
+        assert self.httpd is not None
+        self.httpd.engine = engine
+        threading.Thread(
+            target=self.httpd.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            daemon=True,
+            name="http",
+        ).start()
+        out.log(
+            API,
+            "INFO",
+            "api_server.py:1885",
+            f"Starting vLLM API server 0 on http://{cfg.host}:{cfg.port}",
+        )
+        out.log(
+            API,
+            "INFO",
+            "launcher.py:34",
+            "Available routes are:\n"
+            + "\n".join(
+                f"Route: {r}, Methods: {m}"
+                for r, m in (
+                    ("/health", "GET"),
+                    ("/metrics", "GET"),
+                    ("/version", "GET"),
+                    ("/v1/models", "GET"),
+                    ("/v1/completions", "POST"),
+                )
+            ),
+        )
+        out.raw(API, f"INFO:     Started server process [{self.pid}]")
+        out.raw(API, "INFO:     Waiting for application startup.")
+        out.raw(API, "INFO:     Application startup complete.")
+        if self.state_path is not None:
+            args = (self.state_path, self.stop)
+            threading.Thread(target=engine.watch_faults, args=args, daemon=True).start()
+        interval = float(os.environ.get("VLLM_LOG_STATS_INTERVAL", "10"))
+        threading.Thread(target=engine.log_stats, args=(self.stop, interval), daemon=True).start()
+        while not self.stop.wait(0.05):
+            if engine.dead.is_set():
+                # Linger briefly so /health can answer 503, then go like vLLM does.
+                self.stop.wait(0.5)
+                out.log(
+                    API,
+                    "CRITICAL",
+                    "launcher.py:138",
+                    "AsyncLLMEngine has failed, terminating server process",
+                )
+                break
+        if not engine.dead.is_set():
+            out.log(API, "INFO", "launcher.py:110", "Shutting down FastAPI HTTP server.")
+        self.httpd.shutdown()
+        out.raw(
+            API,
+            "INFO:     Shutting down\nINFO:     Waiting for application shutdown.\n"
+            "INFO:     Application shutdown complete.\n"
+            f"INFO:     Finished server process [{self.pid}]",
+        )
+        return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the fake server; returns the process exit status."""
+    ns, unknown = parse_args(list(sys.argv[1:] if argv is None else argv))
+    out = VllmOut(os.getpid())
+    cfg = build_config(ns)
+    out.log(API, "INFO", "api_server.py:1839", f"vLLM API server version {VERSION}")
+    if unknown:
+        out.log(API, "WARNING", "arg_utils.py:1121", f"Ignoring unsupported arguments: {unknown}")
+    out.log(API, "INFO", "utils.py:233", f"non-default args: {cfg.non_default!r}")
+    server = Server(cfg, out)
+    atexit.register(server.deregister)
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        server.stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        return server.run()
+    except OSError as exc:
+        out.raw(API, f"OSError: {exc}")
+        return 1
+    finally:
+        if server.httpd is not None:
+            server.httpd.server_close()
+        server.deregister()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

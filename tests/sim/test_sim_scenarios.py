@@ -1,0 +1,53 @@
+"""Scenario files and the driver that plays them against the fake server."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from simhost_support import ServerRun, free_port
+
+from ascend_doctor.sim.driver import drive
+from ascend_doctor.sim.host import SimHost
+from ascend_doctor.sim.scenarios import list_scenarios, load_scenario, parse_scenario
+
+
+def test_shipped_scenarios_load() -> None:
+    assert list_scenarios() == ["device-fault", "kv-cache", "npu-oom"]
+    kv = load_scenario("kv-cache")
+    assert kv.flags == ("--max-model-len", "32768", "--gpu-memory-utilization", "0.5")
+    assert kv.expect == {"category": "kv_cache_insufficient", "action": "lower_max_model_len"}
+    fault = load_scenario("device-fault")
+    assert fault.env["ASCEND_RT_VISIBLE_DEVICES"] == "3"
+    assert (fault.stimulus.inject_device, fault.stimulus.inject_fault) == (3, "heartbeat_lost")
+    assert load_scenario("npu-oom").expect["action"] == "restart"
+
+
+def test_unknown_and_invalid_scenarios(tmp_path: Path) -> None:
+    with pytest.raises(KeyError, match="kv-cache"):
+        load_scenario("nope")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\ndescription: x\nmodel: m\nflags: [1]\nexpect: {}\n")
+    with pytest.raises(ValueError, match=r"bad\.yaml: key 'flags'"):
+        parse_scenario(bad)
+    bad.write_text("name: bad\ndescription: x\nmodel: m\nexpect: {category: c}\n")
+    with pytest.raises(ValueError, match=r"key 'expect': missing \['action'\]"):
+        parse_scenario(bad)
+
+
+async def test_driver_plays_device_fault(serve: Callable[..., ServerRun], host: SimHost) -> None:
+    scenario = load_scenario("device-fault")
+    run = serve(scenario.model, list(scenario.flags), dict(scenario.env))
+    await drive(scenario, host, run.base, deadline_s=10.0)
+    assert host.device(3)["fault"] == "heartbeat_lost"
+    rc = await asyncio.to_thread(run.wait)
+    assert rc == 0
+    assert "error code is 507010" in run.output()
+
+
+async def test_driver_gives_up_at_the_deadline(host: SimHost) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(TimeoutError):
+        await drive(load_scenario("npu-oom"), host, url, deadline_s=0.3)
