@@ -29,16 +29,17 @@ from ascend_doctor.rules import Engine, RuleSet
 log = logging.getLogger(__name__)
 
 DECIDE_DELAY = 1.0  # seconds a finding waits for the server's exit to be seen with it
+EXIT_GRACE = 15.0  # seconds a dying server (engine-death line seen) gets to exit on its own
 
 
 class _StoreCheckpoints(Checkpoints):
     def __init__(self, store: Store) -> None:
         self.store = store
 
-    def get(self, identity: str) -> int | None:
+    def get(self, identity: str) -> tuple[int, str] | None:
         return self.store.offset(identity)
 
-    def put(self, items: list[tuple[str, str, int]]) -> None:
+    def put(self, items: list[tuple[str, str, int, str]]) -> None:
         self.store.set_offsets(items)
 
 
@@ -182,13 +183,15 @@ class Daemon:
                 if sup_task is not None and sup_task.done():
                     sup_task.result()
                     break
+                if self.supervisor is not None and self.supervisor.state == ProcessState.FATAL:
+                    break  # the server will not run: say so and exit non-zero
                 await asyncio.sleep(0.2)
         finally:
             for t in tasks:
                 t.cancel()
-            for t in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await t
+            _, stuck = await asyncio.wait(tasks, timeout=10)
+            for t in stuck:
+                log.error("task %s did not stop within 10s; leaving it", t.get_name())
             if self.supervisor is not None and sup_task is not None:
                 await self.supervisor.shutdown()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -226,31 +229,45 @@ class Daemon:
             self._pending.setdefault(incident_id, time.monotonic())
 
     async def _tail_loop(self) -> None:
-        while True:
+        while not self._stopping:
             try:
                 self._drain()
             except Exception:  # a failing part is logged and isolated; the daemon goes on
                 log.exception("tailing failed")
             self._wake.clear()
+            # asyncio.timeout, not wait_for: 3.11's wait_for can swallow the cancellation
+            # that stops this loop, and then the daemon never finishes shutting down.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.config.logs.poll_interval)
+                async with asyncio.timeout(self.config.logs.poll_interval):
+                    await self._wake.wait()
 
     async def _npu_smi_loop(self) -> None:
         cfg = self.config.collectors.npu_smi
         binary = shutil.which(cfg.path, path=self._server_env().get("PATH")) or cfg.path
-        while True:
+        while not self._stopping:
+            # An observation is as old as the moment it began: a sample taken while a device
+            # was being reset must not count as the fault coming back after the restart.
+            started = time.time()
             try:
                 res = await run_npu_smi(binary, ["info"], timeout=cfg.timeout)
                 if res.timed_out:
                     raise CollectorError(f"npu-smi info timed out after {cfg.timeout:g}s; killed")
                 info = parse_info(res.stdout)
-                samples = samples_from_info(info, time.time())
+                samples = samples_from_info(info, started)
                 for s in samples:
                     self.store.add_sample(s.collector, s.subject, s.at, s.values)
                 self._ingest(self.engine.evaluate(samples))
             except CollectorError as exc:
                 self.collector_failures["npu_smi"] += 1
                 log.warning("collector npu_smi: %s", exc)
+                self.store.set_meta(
+                    "collector.npu_smi",
+                    {
+                        "failures": self.collector_failures["npu_smi"],
+                        "last_error": str(exc),
+                        "at": time.time(),
+                    },
+                )
                 if "not found" in str(exc):
                     log.warning("collector npu_smi disabled")
                     return
@@ -263,15 +280,22 @@ class Daemon:
 
     async def _decide_loop(self) -> None:
         """Act on findings that arrived while the server is alive (after a short grace)."""
-        while True:
+        while not self._stopping:
             await asyncio.sleep(0.2)
-            due = [i for i, t in self._pending.items() if time.monotonic() - t >= DECIDE_DELAY]
+            now = time.monotonic()
+            sup = self.supervisor
+            due = [i for i, t in self._pending.items() if now - t >= DECIDE_DELAY]
+            if sup is not None and sup.dying:
+                # its exit is coming and will be decided on with all its last words
+                due = [i for i in due if now - self._pending[i] >= EXIT_GRACE]
             if not due:
                 continue
             async with self._lock:
                 restart = await self._remediate(due)
-            if restart and self.supervisor is not None and self.supervisor.pid is None:
-                self.supervisor.start()
+            if restart and sup is not None:
+                if sup.pid is not None:
+                    await sup.stop("restarting the server to apply the remediation")
+                sup.start()
 
     async def _remediate(self, ids: list[int]) -> bool:
         restart = False
@@ -325,7 +349,7 @@ class Daemon:
     async def _verify_loop(self) -> None:
         """Resolve mitigating incidents once the server stayed healthy for the settle window."""
         settle = self.config.remediation.settle_seconds
-        while True:
+        while not self._stopping:
             await asyncio.sleep(0.25)
             sup = self.supervisor
             if sup is None or sup.state != ProcessState.RUNNING:

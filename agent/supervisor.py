@@ -113,6 +113,7 @@ class Supervisor:
         self._stop_requested = asyncio.Event()
         self._proc: asyncio.subprocess.Process | None = None
         self._marker_seen = False
+        self._stop_reason = ""
         self._started_at = 0.0
         self._stopped = asyncio.Event()
         self._stopped.set()
@@ -128,6 +129,7 @@ class Supervisor:
     async def stop(self, reason: str = "stop requested") -> None:
         """Stop the server and keep it stopped until ``start()``."""
         self._want_running = False
+        self._stop_reason = reason
         self._wake.set()
         if self._proc is not None and self._proc.returncode is None:
             self._stop_reason = reason
@@ -139,6 +141,15 @@ class Supervisor:
         self._shutdown = True
         await self.stop("doctor shutting down")
         self._wake.set()
+
+    @property
+    def dying(self) -> bool:
+        """The server printed an engine-death line and has not exited yet."""
+        return self._marker_seen and self._proc is not None and self._proc.returncode is None
+
+    def wants_running(self) -> bool:
+        """Whether the server is meant to run (a stop may arrive during any await)."""
+        return self._want_running
 
     @property
     def running_for(self) -> float:
@@ -252,6 +263,9 @@ class Supervisor:
             )
         finally:
             waiter.cancel()
+        if not self.wants_running():
+            # BACKOFF -> STOPPED: a stop was asked for while waiting
+            self._change_state(ProcessState.STOPPED, reason=self._stop_reason or "stopped")
 
     async def _wait_healthy(self, proc: asyncio.subprocess.Process) -> bool:
         deadline = self._clock() + self.config.start_timeout
@@ -298,7 +312,9 @@ class Supervisor:
             self._change_state(ProcessState.STOPPING, reason=self._stop_reason)
         _signal_group(proc.pid, signal.SIGTERM)
         try:
-            await asyncio.wait_for(proc.wait(), self.config.stop_grace)
+            # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation
+            async with asyncio.timeout(self.config.stop_grace):
+                await proc.wait()
         except TimeoutError:
             log.warning(
                 "server pid %d ignored SIGTERM for %.0fs; killing it",

@@ -46,6 +46,7 @@ class _Tracked:
     offset: int
     fh: BinaryIO | None = None
     head: str = ""
+    head_len: int = -1
     line: int = 0  # lines read so far when the file was read from its start, else 0
     gone: bool = False
 
@@ -59,6 +60,7 @@ class TailStats:
     lines: int = 0
     rotations: int = 0
     truncations: int = 0
+    checkpoint_resets: int = 0
     lines_cut: int = 0
     errors: int = 0
     error_paths: set[str] = field(default_factory=set)
@@ -67,12 +69,12 @@ class TailStats:
 class Checkpoints:
     """Where offsets are kept: the store in the daemon, a dict in tests."""
 
-    def get(self, identity: str) -> int | None:  # pragma: no cover - interface
-        """The saved offset of an identity."""
+    def get(self, identity: str) -> tuple[int, str] | None:  # pragma: no cover - interface
+        """The saved (offset, head) of an identity."""
         raise NotImplementedError
 
-    def put(self, items: list[tuple[str, str, int]]) -> None:  # pragma: no cover - interface
-        """Save (identity, path, offset) triples."""
+    def put(self, items: list[tuple[str, str, int, str]]) -> None:  # pragma: no cover
+        """Save (identity, path, offset, head) checkpoints."""
         raise NotImplementedError
 
 
@@ -94,7 +96,7 @@ class Tailer:
         self.stats = TailStats()
         self._files: dict[str, _Tracked] = {}
         self._first_pass = True
-        self._dirty: list[tuple[str, str, int]] = []
+        self._dirty: list[tuple[str, str, int, str]] = []
 
     def add_source(self, source: Source) -> None:
         """Follow one more source (e.g. a restarted server's new log root)."""
@@ -177,29 +179,31 @@ class Tailer:
         return out + self._read(tracked)
 
     def _start(self, path: str, kind: str, st: os.stat_result) -> _Tracked | None:
-        head = _head(path)
-        if head is None:
-            self._error(path, "cannot read (permission denied?)")
-            return None
-        identity = f"{st.st_dev}:{st.st_ino}:{head}"
+        identity = f"{st.st_dev}:{st.st_ino}"
         saved = self.checkpoints.get(identity)
-        if saved is not None and saved <= st.st_size:
-            offset, line = saved, 0
-        elif saved is not None:
-            log.warning(
-                "%s: checkpoint %d is past EOF %d; reading from the start", path, saved, st.st_size
-            )
-            offset, line = 0, 1
-        elif self._first_pass and self.read_from == "end":
-            offset, line = st.st_size, 0
-        else:
-            offset, line = 0, 1
+        offset, line = (st.st_size, 0) if self._first_pass and self.read_from == "end" else (0, 1)
+        if saved is not None:
+            saved_offset, saved_head = saved
+            length = int(saved_head.partition(":")[0] or 0)
+            if _head(path, length) != saved_head:
+                # the inode was reused by another file: the checkpoint is not this file's
+                self.stats.checkpoint_resets += 1
+                log.warning("%s: checkpoint belongs to an older file; discarded", path)
+                offset, line = 0, 1
+            elif saved_offset > st.st_size:
+                self.stats.checkpoint_resets += 1
+                log.warning(
+                    "%s: checkpoint %d is past EOF %d; discarded", path, saved_offset, st.st_size
+                )
+                offset, line = 0, 1
+            else:
+                offset, line = saved_offset, 0
         try:
             fh = open(path, "rb")
         except OSError as exc:
             self._error(path, f"cannot open: {exc.strerror}")
             return None
-        tracked = _Tracked(path, kind, st.st_dev, st.st_ino, offset, fh, head, line=line)
+        tracked = _Tracked(path, kind, st.st_dev, st.st_ino, offset, fh, line=line)
         self._files[path] = tracked
         return tracked
 
@@ -265,8 +269,12 @@ class Tailer:
         tracked.offset += consumed
         self.stats.bytes_read += consumed
         self.stats.lines += lines
-        identity = f"{tracked.dev}:{tracked.ino}:{tracked.head}"
-        self._dirty.append((identity, tracked.path, tracked.offset))
+        if tracked.head_len < min(HEAD_BYTES, tracked.offset):
+            # the checksum covers the first bytes once they exist; a young file grows into it
+            tracked.head = _head(tracked.path, HEAD_BYTES) or tracked.head
+            tracked.head_len = int(tracked.head.partition(":")[0] or 0)
+        identity = f"{tracked.dev}:{tracked.ino}"
+        self._dirty.append((identity, tracked.path, tracked.offset, tracked.head))
         return [chunk]
 
     def _cut_long_lines(self, body: bytes) -> bytes:
@@ -289,12 +297,14 @@ def _is_glob(pattern: str) -> bool:
     return any(c in pattern for c in "*?[")
 
 
-def _head(path: str) -> str | None:
+def _head(path: str, length: int) -> str | None:
+    """``"<n>:<checksum>"`` of the first ``length`` bytes (fewer if the file is shorter)."""
     try:
         with open(path, "rb") as f:
-            return hashlib.blake2b(f.read(HEAD_BYTES), digest_size=8).hexdigest()
+            data = f.read(length)
     except OSError:
         return None
+    return f"{len(data)}:{hashlib.blake2b(data, digest_size=8).hexdigest()}"
 
 
 class Waker:

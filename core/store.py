@@ -83,6 +83,7 @@ CREATE TABLE IF NOT EXISTS offsets (
     identity TEXT PRIMARY KEY,
     path TEXT NOT NULL,
     offset INTEGER NOT NULL,
+    head TEXT NOT NULL,
     updated_at REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS samples (
@@ -363,23 +364,23 @@ class Store:
 
     # -- tailer offsets ----------------------------------------------------------------------
 
-    def offset(self, identity: str) -> int | None:
-        """The checkpointed offset of a file identity."""
+    def offset(self, identity: str) -> tuple[int, str] | None:
+        """The checkpointed (offset, head checksum) of a file identity."""
         row = self._db.execute(
-            "SELECT offset FROM offsets WHERE identity = ?", (identity,)
+            "SELECT offset, head FROM offsets WHERE identity = ?", (identity,)
         ).fetchone()
-        return None if row is None else int(row[0])
+        return None if row is None else (int(row[0]), str(row[1]))
 
-    def set_offsets(self, items: Sequence[tuple[str, str, int]]) -> None:
-        """Checkpoint (identity, path, offset) triples in one transaction."""
+    def set_offsets(self, items: Sequence[tuple[str, str, int, str]]) -> None:
+        """Checkpoint (identity, path, offset, head) in one transaction."""
         if not items:
             return
         now = time.time()
         with self._tx() as db:
             db.executemany(
-                "INSERT OR REPLACE INTO offsets (identity, path, offset, updated_at)"
-                " VALUES (?, ?, ?, ?)",
-                [(i, p, o, now) for i, p, o in items],
+                "INSERT OR REPLACE INTO offsets (identity, path, offset, head, updated_at)"
+                " VALUES (?, ?, ?, ?, ?)",
+                [(i, p, o, h, now) for i, p, o, h in items],
             )
 
     # -- samples -----------------------------------------------------------------------------
