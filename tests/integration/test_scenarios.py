@@ -1,0 +1,90 @@
+"""Each demo scenario end to end: real fake-server processes, the fake npu-smi on PATH,
+real files, real HTTP on loopback, the real CLI. Outcomes are read back from
+``ascend-doctor incidents --json``, as an operator would."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+DOCTOR = [sys.executable, "-m", "ascend_doctor"]
+
+
+def doctor(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_")}
+    return subprocess.run(
+        [*DOCTOR, *args], capture_output=True, text=True, timeout=timeout, env=env, check=False
+    )
+
+
+def incidents(state: Path) -> list[dict[str, Any]]:
+    out = doctor("incidents", "--state-dir", str(state), "--json")
+    assert out.returncode == 0, out.stderr
+    return [json.loads(line) for line in out.stdout.splitlines()]
+
+
+def run_scenario(tmp_path: Path, name: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+    state = tmp_path / "state"
+    result = doctor("demo", "--scenario", name, "--state-dir", str(state))
+    return result, state
+
+
+def only(rows: list[dict[str, Any]], category: str) -> dict[str, Any]:
+    found = [r for r in rows if r["category"] == category]
+    assert len(found) == 1, rows
+    return found[0]
+
+
+def test_kv_cache_lowers_max_model_len_to_what_fits(tmp_path: Path) -> None:
+    result, state = run_scenario(tmp_path, "kv-cache")
+    assert result.returncode == 0, result.stdout + result.stderr
+    inc = only(incidents(state), "kv_cache_insufficient")
+    assert inc["state"] == "resolved"
+    assert inc["rule"] == "vllm-kv-cache-max-len-estimate"
+    (action,) = [a for a in inc["actions"] if a["name"] == "lower_max_model_len"]
+    assert action["outcome"] == "ok"
+    estimate = action["params"]["fits"]
+    assert f"estimated maximum model length is {estimate}" in (state / "server.log").read_text()
+    assert action["params"]["to"] <= estimate
+    assert action["params"]["to"] % 128 == 0
+    assert action["params"]["from"] == 32768
+    # the server came up healthy with it: the last start ran with the new value
+    log = (state / "server.log").read_text()
+    assert f"'max_model_len': {action['params']['to']}" in log
+    assert "Application startup complete." in log
+
+
+def test_npu_oom_restarts_with_expandable_segments_and_lower_utilisation(tmp_path: Path) -> None:
+    result, state = run_scenario(tmp_path, "npu-oom")
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = incidents(state)
+    inc = only(rows, "npu_oom")
+    assert inc["state"] == "resolved"
+    assert not [r for r in rows if r["category"] == "engine_dead"]  # a symptom, attached
+    (restart,) = [a for a in inc["actions"] if a["name"] == "restart"]
+    assert restart["outcome"] == "ok"
+    assert restart["params"]["env"] == {"PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True"}
+    assert float(restart["params"]["args"]["--gpu-memory-utilization"]) < 0.92
+    assert "exited with status 0 after an engine-death line" in result.stdout
+
+
+def test_device_fault_resets_the_faulty_device(tmp_path: Path) -> None:
+    result, state = run_scenario(tmp_path, "device-fault")
+    assert result.returncode == 0, result.stdout + result.stderr
+    inc = only(incidents(state), "device_fault")
+    assert inc["state"] == "resolved"
+    assert inc["subject"] == "npu3"
+    (reset,) = [a for a in inc["actions"] if a["name"] == "reset_device"]
+    assert reset["outcome"] == "ok"
+    assert reset["params"]["device"] == 3
+    assert reset["params"]["command"] == ["npu-smi", "set", "-t", "reset", "-i", "3", "-c", "0"]
+    assert reset["params"]["health_after"] == "OK"
+    assert result.stdout.rstrip().splitlines()[-3].split() == ["device-fault", "recovered"]

@@ -1,0 +1,151 @@
+"""``ascend-doctor watch`` as an operator runs it: a real doctor process supervising the
+fake server, stopped with SIGTERM, started again with what it learned."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ascend_doctor.agent.demo import free_port
+from ascend_doctor.core.store import Store
+from ascend_doctor.sim.host import SimHost
+
+pytestmark = pytest.mark.integration
+
+CONFIG = """
+[server]
+start_timeout = 60
+backoff_initial = 0.2
+probe_interval = 0.5
+stop_grace = 5
+echo = false
+
+[collectors.npu_smi]
+interval = 1.0
+
+[remediation]
+settle_seconds = 1.0
+"""
+
+
+def poll(cond, timeout: float, what: str):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def read(state: Path, fn):  # type: ignore[no-untyped-def]
+    if not (state / "doctor.db").exists():
+        return None
+    store = Store.in_dir(state, readonly=True)
+    try:
+        return fn(store)
+    finally:
+        store.close()
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_watch_learns_survives_sigterm_and_relaunches_with_overrides(tmp_path: Path) -> None:
+    host = SimHost.create(tmp_path / "host", load_seconds=0.2)
+    state = tmp_path / "state"
+    cfg = tmp_path / "doctor.toml"
+    cfg.write_text(CONFIG)
+    port = free_port()
+    argv = host.serve_argv(
+        "Qwen/Qwen2.5-14B-Instruct",
+        [
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--max-model-len",
+            "32768",
+            "--gpu-memory-utilization",
+            "0.5",
+        ],
+    )
+    env = {**os.environ, **host.env(), "ASCEND_RT_VISIBLE_DEVICES": "0"}
+    cmd = [
+        sys.executable,
+        "-m",
+        "ascend_doctor",
+        "watch",
+        "--config",
+        str(cfg),
+        "--state-dir",
+        str(state),
+        "--",
+        *argv,
+    ]
+
+    out = open(tmp_path / "doctor.out", "wb")
+    doctor = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        poll(
+            lambda: read(state, lambda s: [i for i in s.incidents() if i.state == "resolved"]),
+            60,
+            "the kv-cache incident to resolve",
+        )
+        server = read(state, lambda s: s.meta("server"))
+        assert server["state"] == "RUNNING"
+        pid = server["pid"]
+        doctor.send_signal(signal.SIGTERM)
+        assert doctor.wait(timeout=20) == 0
+    finally:
+        if doctor.poll() is None:
+            doctor.kill()
+        doctor.wait()
+    assert not alive(pid), "the server outlived the doctor"
+    events = read(state, lambda s: s.process_events())
+    assert events[-1]["state"] == "STOPPED"
+    assert events[-1]["reason"] == "doctor shutting down"
+
+    # A restarted doctor relaunches with the learned --max-model-len: no new incident.
+    learned = read(state, lambda s: {o.key: o.value for o in s.overrides()})
+    assert int(learned["--max-model-len"]) < 32768
+
+    def runs() -> int:
+        return sum(1 for e in read(state, lambda s: s.process_events()) if e["state"] == "RUNNING")
+
+    runs_before = runs()
+    doctor = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        poll(lambda: runs() > runs_before, 60, "the relaunched server to be healthy")
+        doctor.send_signal(signal.SIGINT)
+        assert doctor.wait(timeout=20) == 0
+    finally:
+        if doctor.poll() is None:
+            doctor.kill()
+        doctor.wait()
+        out.close()
+    assert len(read(state, lambda s: s.incidents())) == 1
+    last_args = [
+        ln for ln in (state / "server.log").read_text().splitlines() if "non-default args" in ln
+    ][-1]
+    assert f"'max_model_len': {learned['--max-model-len']}" in last_args
+    res = subprocess.run(
+        [sys.executable, "-m", "ascend_doctor", "incidents", "--state-dir", str(state), "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    (inc,) = [json.loads(x) for x in res.stdout.splitlines()]
+    assert inc["category"] == "kv_cache_insufficient"

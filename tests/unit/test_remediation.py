@@ -1,0 +1,203 @@
+"""Remediation decisions on a real store: what fits, floors, refusals, attempts, escalation."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from ascend_doctor.agent.incidents import IncidentManager
+from ascend_doctor.agent.launch import LaunchSpec
+from ascend_doctor.agent.remediation import Context, Remediator
+from ascend_doctor.core.config import IncidentsConfig, RemediationConfig
+from ascend_doctor.core.events import Category, Finding, IncidentState, Role, Severity
+from ascend_doctor.core.store import Store
+from ascend_doctor.rules import load_rules
+
+RULES = load_rules()
+STEPS = {r.id: r.remediation for r in RULES.text}
+
+
+class World:
+    def __init__(self, tmp_path: Path, argv: tuple[str, ...], **policy: object) -> None:
+        self.store = Store.in_dir(tmp_path)
+        self.base = LaunchSpec(argv)
+        self.now = 1000.0
+        self.stopped: list[str] = []
+        self.ctx = Context(
+            config=RemediationConfig(**policy),  # type: ignore[arg-type]
+            store=self.store,
+            spec=lambda: self.base.apply(self.store.overrides()),
+            base_env={"ASCEND_RT_VISIBLE_DEVICES": "3"},
+            npu_smi="npu-smi",
+            npu_smi_timeout=1.0,
+            server_running=lambda: False,
+            server_pid=lambda: None,
+            stop_server=self.stop,
+            sleep=lambda s: asyncio.sleep(0),
+            clock=lambda: self.now,
+        )
+        self.remediator = Remediator(self.ctx, RULES)
+        self.incidents = IncidentManager(self.store, IncidentsConfig(), clock=lambda: self.now)
+
+    async def stop(self, reason: str) -> None:
+        self.stopped.append(reason)
+
+    def finding(self, rule: str, captures: dict[str, str], offset: int, **kw: object) -> Finding:
+        r = next(x for x in RULES.text if x.id == rule)
+        return Finding(
+            rule=rule,
+            category=r.category,
+            severity=r.severity,
+            role=r.role,
+            subject=str(kw.get("subject", "server")),
+            summary="s",
+            at=self.now,
+            captures=captures,
+            path="server.log",
+            offset=offset,
+            remediation=r.remediation,
+        )
+
+
+KV = {"max_model_len": "32768", "estimate": "16162"}
+
+
+async def test_lower_max_model_len_to_estimate_rounded_to_block(tmp_path: Path) -> None:
+    w = World(tmp_path, ("vllm", "serve", "m", "--max-model-len", "32768"))
+    (inc_id,) = w.incidents.ingest([w.finding("vllm-kv-cache-max-len-estimate", KV, 10)])
+    result = await w.remediator.remediate(inc_id)
+    assert result.restart
+    (action,) = w.store.actions(inc_id)
+    assert action.name == "lower_max_model_len" and action.outcome == "ok"
+    assert action.params["to"] == 16128 and action.params["from"] == 32768
+    assert w.ctx.spec().flag("--max-model-len") == "16128"
+    assert w.store.incident(inc_id).state == IncidentState.MITIGATING
+
+
+async def test_block_size_flag_is_respected(tmp_path: Path) -> None:
+    w = World(tmp_path, ("vllm", "serve", "m", "--max-model-len", "32768", "--block-size", "512"))
+    (inc_id,) = w.incidents.ingest([w.finding("vllm-kv-cache-max-len-estimate", KV, 10)])
+    await w.remediator.remediate(inc_id)
+    assert w.store.actions(inc_id)[0].params["to"] == 15872
+
+
+async def test_old_wording_uses_kv_token_count(tmp_path: Path) -> None:
+    w = World(tmp_path, ("vllm", "serve", "m"))
+    caps = {"max_model_len": "32768", "kv_tokens": "20752"}
+    (inc_id,) = w.incidents.ingest([w.finding("vllm-kv-cache-max-len-tokens", caps, 10)])
+    await w.remediator.remediate(inc_id)
+    assert w.store.actions(inc_id)[0].params["to"] == 20736
+
+
+async def test_floor_refuses_and_escalates(tmp_path: Path) -> None:
+    w = World(tmp_path, ("vllm", "serve", "m"), min_max_model_len=20000)
+    (inc_id,) = w.incidents.ingest([w.finding("vllm-kv-cache-max-len-estimate", KV, 10)])
+    result = await w.remediator.remediate(inc_id)
+    assert not result.restart and result.escalated
+    refused, escalate = w.store.actions(inc_id)
+    assert refused.outcome == "refused" and "below the floor 20000" in refused.reason
+    assert escalate.name == "escalate"
+    assert w.store.incident(inc_id).state == IncidentState.ESCALATED
+    assert w.store.overrides() == []
+
+
+async def test_same_root_after_restart_runs_next_step_then_escalates(tmp_path: Path) -> None:
+    w = World(tmp_path, ("vllm", "serve", "m"))
+    oom = "torch-npu-oom"
+    (inc_id,) = w.incidents.ingest([w.finding(oom, {"device": "0"}, 10)])
+    await w.remediator.remediate(inc_id)
+    w.now += 10
+    w.incidents.note_start(w.now)
+    w.now += 10
+    assert w.incidents.ingest([w.finding(oom, {"device": "0"}, 20)]) == [inc_id]
+    await w.remediator.remediate(inc_id)
+    names = [a.name for a in w.store.actions(inc_id)]
+    assert names == [
+        "set_env",
+        "lower_gpu_memory_utilization",
+        "restart",
+        "lower_max_num_seqs",
+        "restart",
+    ]
+    w.now += 10
+    w.incidents.note_start(w.now)
+    w.now += 10
+    w.incidents.ingest([w.finding(oom, {"device": "0"}, 30)])
+    result = await w.remediator.remediate(inc_id)
+    assert result.escalated
+    assert w.store.actions(inc_id)[-1].reason == "no remediation step left"
+
+
+async def test_same_root_before_the_restart_does_not_count(tmp_path: Path) -> None:
+    w = World(tmp_path, ("vllm", "serve", "m"))
+    (inc_id,) = w.incidents.ingest([w.finding("torch-npu-oom", {}, 10)])
+    await w.remediator.remediate(inc_id)
+    w.now += 1  # another line of the same crash, read before the server was restarted
+    assert w.incidents.ingest([w.finding("torch-npu-oom", {}, 99)]) == []
+
+
+async def test_attempt_limit(tmp_path: Path) -> None:
+    w = World(tmp_path, ("vllm", "serve", "m"), max_attempts=1)
+    (inc_id,) = w.incidents.ingest([w.finding("torch-npu-oom", {}, 10)])
+    await w.remediator.remediate(inc_id)
+    result = await w.remediator.remediate(inc_id)
+    assert result.escalated
+    assert "1 attempts made (limit 1)" in w.store.actions(inc_id)[-1].reason
+
+
+async def test_symptom_joins_root_and_duplicates_are_dropped(tmp_path: Path) -> None:
+    w = World(tmp_path, ("vllm", "serve", "m"))
+    root = w.finding("torch-npu-oom", {}, 10)
+    symptom = w.finding("vllm-engine-dead", {}, 50)
+    assert len(w.incidents.ingest([symptom, root])) == 1
+    assert w.incidents.ingest([root, symptom]) == []  # delivered again after a restart
+    (inc,) = w.store.incidents()
+    assert inc.category == Category.NPU_OOM
+    assert [f["rule"] for f in w.store.findings(inc.id)] == ["torch-npu-oom", "vllm-engine-dead"]
+
+
+async def test_symptom_alone_opens_its_own_incident(tmp_path: Path) -> None:
+    w = World(tmp_path, ("vllm", "serve", "m"))
+    w.incidents.ingest([w.finding("vllm-engine-dead", {}, 50)])
+    (inc,) = w.store.incidents()
+    assert inc.category == Category.ENGINE_DEAD
+
+
+@pytest.mark.parametrize("mode", ["suggest", "dry_run"])
+async def test_suggest_and_dry_run_change_nothing(tmp_path: Path, mode: str) -> None:
+    policy = {"mode": "suggest"} if mode == "suggest" else {"dry_run": True}
+    w = World(tmp_path, ("vllm", "serve", "m", "--max-model-len", "32768"), **policy)
+    (inc_id,) = w.incidents.ingest([w.finding("vllm-kv-cache-max-len-estimate", KV, 10)])
+    result = await w.remediator.remediate(inc_id)
+    assert not result.restart
+    (action,) = w.store.actions(inc_id)
+    assert action.outcome == ("suggested" if mode == "suggest" else "dry_run")
+    assert action.params["to"] == 16128
+    assert w.store.overrides() == []
+
+
+async def test_device_reset_refused_unless_allowed(tmp_path: Path) -> None:
+    w = World(tmp_path, ("vllm", "serve", "m"))
+    f = w.finding("drv-device-heartbeat-lost", {"device": "3"}, 10, subject="npu3")
+    (inc_id,) = w.incidents.ingest([f])
+    result = await w.remediator.remediate(inc_id)
+    assert result.escalated
+    refused = w.store.actions(inc_id)[0]
+    assert refused.outcome == "refused"
+    assert "allow_device_reset = false" in refused.reason
+    assert w.stopped == []
+
+
+async def test_device_reset_refused_for_a_device_the_server_does_not_use(tmp_path: Path) -> None:
+    w = World(tmp_path, ("vllm", "serve", "m"), allow_device_reset=True)
+    f = w.finding("drv-device-heartbeat-lost", {"device": "5"}, 10, subject="npu5")
+    (inc_id,) = w.incidents.ingest([f])
+    await w.remediator.remediate(inc_id)
+    assert "device 5 is not used by this server ([3])" in w.store.actions(inc_id)[0].reason
+
+
+def test_severity_labels() -> None:
+    assert Severity.parse("critical") == Severity.CRITICAL
+    assert Role("symptom") == Role.SYMPTOM

@@ -1,0 +1,105 @@
+"""Every shipped rule through the real loader; every example through the engine."""
+
+from pathlib import Path
+
+import pytest
+
+from ascend_doctor.core.errors import RuleError
+from ascend_doctor.core.events import Category, LogChunk, Role, Sample
+from ascend_doctor.rules import Engine, load_rules
+
+RULES = load_rules()
+ENGINE = Engine(RULES)
+
+
+def scan_line(line: str, source: str) -> list[str]:
+    return [f.rule for f in ENGINE.scan(LogChunk("x.log", source, 0, (line + "\n").encode()))]
+
+
+@pytest.mark.parametrize("rule", RULES.text, ids=lambda r: r.id)
+def test_examples(rule) -> None:  # type: ignore[no-untyped-def]
+    source = rule.sources[0]
+    for line in rule.examples["match"]:
+        assert rule.id in scan_line(line, source), line
+    for line in rule.examples.get("no_match", ()):
+        assert rule.id not in scan_line(line, source), line
+
+
+def test_ids_unique_and_categories_valid() -> None:
+    ids = [r.id for r in RULES.text] + [r.id for r in RULES.thresholds]
+    assert len(ids) == len(set(ids))
+    assert {r.category for r in RULES.text} <= set(Category)
+
+
+def test_kv_estimate_captures() -> None:
+    line = (
+        "(EngineCore_DP0 pid=276) ERROR 12-02 12:00:01 [core.py:702] ValueError: To serve at "
+        "least one request with the models's max seq len (32768), (6.00 GiB KV cache is needed, "
+        "which is larger than the available KV cache memory (2.89 GiB). Based on the available "
+        "memory, the estimated maximum model length is 16162. Try increasing "
+        "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine."
+    )
+    data = f"INFO before\n{line}\nTraceback tail\n".encode()
+    (f,) = ENGINE.scan(LogChunk("server.log", "server", 1000, data, first_line=10))
+    assert f.captures["max_model_len"] == "32768"
+    assert f.captures["estimate"] == "16162"
+    assert f.offset == 1000 + len(b"INFO before\n")
+    assert f.evidence[0].line == 11
+    assert [e.text for e in f.evidence] == [line, "INFO before", "Traceback tail"]
+    assert f.category == Category.KV_CACHE_INSUFFICIENT and f.role == Role.ROOT
+    assert "16162" in f.summary
+
+
+def test_heartbeat_subject_is_the_device() -> None:
+    line = (
+        "[ERROR] DRV(4242,python3):2026-12-02-12:00:01.123.456 [ascend][curpid: 4242, 4250]"
+        "[drv][devmgr][devdrv_heartbeat_lost 1203] device 3 heartbeat lost, device status abnormal."
+    )
+    (f,) = ENGINE.scan(LogChunk("plog-1.log", "plog", 0, (line + "\n").encode()))
+    assert f.subject == "npu3"
+
+
+def test_rules_only_read_their_sources() -> None:
+    line = "RuntimeError: NPU out of memory. Tried to allocate 2.00 GiB"
+    assert scan_line(line, "server") == ["torch-npu-oom"]
+    assert scan_line(line, "plog") == []
+
+
+def test_threshold_fires_once_per_transition() -> None:
+    engine = Engine(RULES)
+    bad = Sample("npu_smi", "npu3", 1.0, {"health": "Critical"})
+    ok = Sample("npu_smi", "npu3", 2.0, {"health": "OK"})
+    assert [f.subject for f in engine.evaluate([bad])] == ["npu3"]
+    assert engine.evaluate([bad]) == []
+    assert engine.evaluate([ok]) == []
+    assert len(engine.evaluate([bad])) == 1
+
+
+def test_bad_rule_file_names_file_line_and_rule(tmp_path: Path) -> None:
+    (tmp_path / "site.yaml").write_text(
+        "rules:\n  - id: mine\n    category: nope\n    severity: error\n    source: server\n"
+        "    pattern: x\n    summary: s\n    examples: {match: [x]}\n"
+    )
+    with pytest.raises(RuleError, match=r"site.yaml:2: rule 'mine' key 'category' is 'nope'"):
+        load_rules([tmp_path])
+
+
+def test_bad_pattern(tmp_path: Path) -> None:
+    (tmp_path / "site.yaml").write_text(
+        "rules:\n  - id: mine\n    category: npu_oom\n    severity: error\n    source: server\n"
+        "    pattern: '(unclosed'\n    summary: s\n    examples: {match: [x]}\n"
+    )
+    with pytest.raises(RuleError, match="pattern does not compile"):
+        load_rules([tmp_path])
+
+
+def test_site_rules_override_and_disable(tmp_path: Path) -> None:
+    (tmp_path / "site.yaml").write_text(
+        "disable: [vllm-engine-dead]\nrules:\n  - id: torch-npu-oom\n    category: npu_oom\n"
+        "    severity: warning\n    source: server\n    pattern: NPU out of memory\n"
+        "    summary: oom\n    examples: {match: [NPU out of memory]}\n"
+    )
+    rules = load_rules([tmp_path])
+    ids = {r.id: r for r in rules.text}
+    assert "vllm-engine-dead" not in ids
+    assert ids["torch-npu-oom"].summary == "oom"
