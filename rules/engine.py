@@ -13,7 +13,9 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ascend_doctor.core.events import Finding, LogChunk, LogLine, Sample
+from ascend_doctor.rules.blocks import merge_blocks
 from ascend_doctor.rules.loader import Rule, RuleSet, ThresholdRule
+from ascend_doctor.rules.matcher import make_prefilter
 
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
     "==": operator.eq,
@@ -48,35 +50,43 @@ class Engine:
         context_before: int = 2,
         context_after: int = 3,
         clock: Callable[[], float] = time.time,
+        matcher: str = "auto",
     ) -> None:
         self.rules = rules
         self.context_before = context_before
         self.context_after = context_after
         self._clock = clock
-        self._by_source: dict[str, list[Rule]] = defaultdict(list)
+        by_source: dict[str, list[Rule]] = defaultdict(list)
         for rule in rules.text:
             for source in rule.sources:
-                self._by_source[source].append(rule)
+                by_source[source].append(rule)
+        self._by_source = dict(by_source)
+        self._prefilters = {s: make_prefilter(r, matcher) for s, r in by_source.items()}
+        self.matcher = next(iter(self._prefilters.values())).name if self._prefilters else "re"
         self._firing: set[tuple[str, str]] = set()
         self.lines_scanned = 0
         self.matches = 0
 
     def scan(self, chunk: LogChunk) -> list[Finding]:
-        """Findings in one chunk, in file order."""
+        """Findings in one chunk, in file order; a CANN error block is one finding."""
         data = chunk.data
         self.lines_scanned += data.count(b"\n")
-        found: list[tuple[int, Finding]] = []
-        for rule in self._by_source.get(chunk.source, ()):
-            last_line_start = -1
-            for m in rule.regex.finditer(data):
-                start = data.rfind(b"\n", 0, m.start()) + 1
-                if start == last_line_start:
-                    continue  # one finding per rule per line
-                last_line_start = start
-                found.append((start, self._finding(rule, chunk, m.groupdict(), start)))
-        self.matches += len(found)
-        found.sort(key=lambda pair: pair[0])
-        return [f for _, f in found]
+        prefilter = self._prefilters.get(chunk.source)
+        if prefilter is None:
+            return []
+        rules = self._by_source[chunk.source]
+        found: list[tuple[int, int, Finding]] = []
+        for index, start in prefilter.candidates(data):
+            rule = rules[index]
+            end = data.find(b"\n", start)
+            m = rule.regex.search(data, start, end if end >= 0 else len(data))
+            if m is None:
+                continue  # the prefilter's match spanned lines; the rule did not match this one
+            found.append((start, index, self._finding(rule, chunk, m.groupdict(), start)))
+        found.sort(key=lambda item: (item[0], item[1]))
+        findings = merge_blocks(data, chunk, [(start, f) for start, _, f in found])
+        self.matches += len(findings)
+        return findings
 
     def _finding(
         self, rule: Rule, chunk: LogChunk, groups: dict[str, bytes | None], start: int

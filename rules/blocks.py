@@ -1,0 +1,113 @@
+"""CANN error-message blocks: one finding per block, with the whole block as evidence.
+
+torch_npu prints CANN errors as a block: the code line (``EZ9999: Inner Error!`` then
+``EZ9999: [PID: 838] ...``, or the newer ``EE9999[PID: 1210] ... (EE9999):  ...``),
+``Possible Cause:`` / ``Solution:`` lines, ``TraceBack (most recent call last):`` and
+indented inner lines ending in ``[FUNC:...][FILE:...][LINE:...]``. Rules match single
+lines; when several lines of one block match, the block becomes one finding: the most
+telling match (root before symptom, then worse severity, then earliest) with every line
+of the block as evidence. Only lines around matches are examined.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from ascend_doctor.core.events import Finding, LogChunk, LogLine, Role
+
+MAX_BLOCK_LINES = 60
+
+# vLLM process tag, vLLM level/time/file, torch rank prefix: any of them may precede a line.
+PREFIX = re.compile(
+    rb"^(?:\(\w+ pid=\d+\) )?"
+    rb"(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[[^\]]*\] )?"
+    rb"(?:\[rank\d+\]: ?)?"
+)
+CODE_LINE = re.compile(rb"^[EWI][0-9A-Z]\d{4}(?::|\[PID)")
+BODY_LINE = re.compile(
+    rb"^(?:[EWI][0-9A-Z]\d{4}(?::|\[PID)|Possible Cause:|Solution:|TraceBack \(most recent"
+    rb"|\s|.*\[FUNC:[^\]]*\]\[FILE:[^\]]*\]\[LINE:\d+\]\s*$)"
+)
+
+
+def _body(line: bytes) -> bytes:
+    return line[PREFIX.match(line).end() :]  # type: ignore[union-attr]
+
+
+def _lines_around(data: bytes, start: int) -> tuple[int, int] | None:
+    """(first, end) byte range of the block containing the line at ``start``, if any."""
+    end = data.find(b"\n", start)
+    end = len(data) if end < 0 else end
+    if not BODY_LINE.match(_body(data[start:end])):
+        return None
+    # walk back to the code line that opens the block
+    first, n = start, 0
+    while not CODE_LINE.match(_body(data[first : data.find(b"\n", first)])):
+        if first == 0 or n >= MAX_BLOCK_LINES:
+            return None
+        prev = data.rfind(b"\n", 0, first - 1) + 1
+        line = data[prev : first - 1]
+        if not BODY_LINE.match(_body(line)):
+            return None
+        first, n = prev, n + 1
+    # walk forward over the block's body lines
+    last_end = end
+    pos = end + 1
+    while pos < len(data) and n < MAX_BLOCK_LINES:
+        nxt = data.find(b"\n", pos)
+        nxt = len(data) if nxt < 0 else nxt
+        if not BODY_LINE.match(_body(data[pos:nxt])):
+            break
+        last_end, pos, n = nxt, nxt + 1, n + 1
+    return first, last_end
+
+
+def merge_blocks(data: bytes, chunk: LogChunk, found: list[tuple[int, Finding]]) -> list[Finding]:
+    """Merge findings whose lines lie in one CANN block; others pass unchanged."""
+    out: list[Finding] = []
+    block: tuple[int, int] | None = None
+    members: list[Finding] = []
+
+    def flush() -> None:
+        if not members:
+            return
+        if block is None or (len(members) == 1 and not _multi_line(data, block)):
+            out.extend(members)
+        else:
+            best = min(members, key=lambda f: (f.role != Role.ROOT, -f.severity, f.offset))
+            out.append(dataclasses.replace(best, evidence=_evidence(data, chunk, block, best)))
+        members.clear()
+
+    for start, finding in found:
+        if block is not None and block[0] <= start <= block[1]:
+            members.append(finding)
+            continue
+        flush()
+        block = _lines_around(data, start)
+        members.append(finding)
+    flush()
+    return out
+
+
+def _multi_line(data: bytes, block: tuple[int, int]) -> bool:
+    return data.find(b"\n", block[0], block[1]) >= 0
+
+
+def _evidence(
+    data: bytes, chunk: LogChunk, block: tuple[int, int], best: Finding
+) -> tuple[LogLine, ...]:
+    lines: list[LogLine] = []
+    pos = block[0]
+    while pos <= block[1]:
+        end = data.find(b"\n", pos)
+        end = len(data) if end < 0 else end
+        number = chunk.first_line + data.count(b"\n", 0, pos) if chunk.first_line else 0
+        text = data[pos:end].decode("utf-8", "replace").rstrip("\r")
+        lines.append(LogLine(chunk.path, chunk.offset + pos, text, number))
+        pos = end + 1
+    matched = [ln for ln in lines if ln.offset == best.offset]
+    return tuple(matched + [ln for ln in lines if ln.offset != best.offset])
+
+
+__all__ = ["merge_blocks"]
