@@ -181,6 +181,89 @@ def incidents(state_dir: Path | None, as_json: bool) -> None:
             click.echo(f"      {a['name']:28} {a['outcome']:9} {a['reason']}")
 
 
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="The report as one JSON object.")
+@click.option(
+    "--rules",
+    "rule_dirs",
+    multiple=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Site rules directory on top of the builtin packs (repeatable).",
+)
+def diagnose(paths: tuple[Path, ...], as_json: bool, rule_dirs: tuple[Path, ...]) -> None:
+    """Offline root-cause analysis of log files, plog/slog trees or a support bundle."""
+    from ascend_doctor.agent.diagnose import diagnose as run_diagnose
+    from ascend_doctor.agent.diagnose import report
+    from ascend_doctor.rules import load_rules
+
+    try:
+        rules = load_rules(list(rule_dirs))
+    except DoctorError as exc:
+        raise click.ClickException(str(exc)) from None
+    total = sum(_size(p) for p in paths)
+    if sys.stderr.isatty() and not as_json:
+        from rich.progress import Progress
+
+        with Progress(transient=True) as bar:
+            task = bar.add_task("scanning", total=total or None)
+            result = run_diagnose(list(paths), rules, progress=lambda n: bar.advance(task, n))
+    else:
+        result = run_diagnose(list(paths), rules)
+    rep = report(result, rules)
+    if as_json:
+        click.echo(json.dumps(rep, indent=2))
+    else:
+        _print_report(rep)
+    if result.files_read == 0:
+        sys.exit(2)
+
+
+def _size(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    total = 0
+    for p in path.rglob("*"):
+        try:
+            if p.is_file():
+                total += p.stat().st_size
+        except OSError:
+            continue
+    return total
+
+
+def _print_report(rep: dict[str, Any]) -> None:
+    click.echo(f"read {rep['files_read']} files, {rep['lines_read']:,} lines")
+    if not rep["root_causes"] and not rep["symptoms"]:
+        click.echo("no known failure found")
+    if rep["root_causes"]:
+        click.echo("\nROOT CAUSES (earliest first)")
+    for n, cause in enumerate(rep["root_causes"], 1):
+        times = f" x{cause['count']}" if cause["count"] > 1 else ""
+        click.echo(f"{n:2}. [{cause['category']}] {cause['summary']}{times}")
+        click.echo(f"    rule {cause['rule']} ({cause['severity']}), subject {cause['subject']}")
+        for e in cause["evidence"][:8]:
+            click.echo(f"    {e['path']}:{e['line']}: {e['text'][:200]}")
+        if cause["explain"]:
+            click.echo(f"    why: {cause['explain']}")
+        for s in cause["suggestions"]:
+            click.echo(f"    do: {s}")
+    if rep["symptoms"]:
+        click.echo("\nSYMPTOMS (consequences of the above)")
+    for sym in rep["symptoms"]:
+        e = sym["evidence"][0] if sym["evidence"] else {"path": "", "line": 0}
+        click.echo(
+            f"  [{sym['category']}] {sym['summary']} x{sym['count']}"
+            f"  ({sym['rule']}, first at {e['path']}:{e['line']})"
+        )
+    if rep["timeline"]:
+        click.echo("\nTIMELINE")
+    for t in rep["timeline"][:200]:
+        click.echo(f"  {t['at'] or '?':26} {t['role']:7} {t['rule']:36} {t['path']}:{t['line']}")
+    for u in rep["unreadable"]:
+        click.echo(f"unreadable: {u['path']}: {u['error']}", err=True)
+
+
 def _open_store(state_dir: Path) -> Store:
     try:
         return Store.in_dir(state_dir, readonly=True)

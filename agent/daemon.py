@@ -18,7 +18,7 @@ from ascend_doctor.agent.incidents import ACTIVE, IncidentManager
 from ascend_doctor.agent.launch import LaunchSpec
 from ascend_doctor.agent.remediation import Context, Remediator
 from ascend_doctor.agent.supervisor import ExitDecision, Supervisor, http_probe
-from ascend_doctor.collectors.logs import Checkpoints, Source, Tailer, Waker
+from ascend_doctor.collectors.logs import Checkpoints, Source, Tailer, Waker, source_kind
 from ascend_doctor.collectors.npu_smi import parse_info, run_npu_smi, samples_from_info
 from ascend_doctor.core.config import Config
 from ascend_doctor.core.errors import CollectorError
@@ -142,8 +142,7 @@ class Daemon:
                 sources.append(Source(str(root / level / "plog" / "*.log"), "plog"))
                 sources.append(Source(str(root / level / "device-*" / "*.log"), "device"))
         for pattern in self.config.logs.paths:
-            kind = "slog" if "/slog/" in pattern else "host"
-            sources.append(Source(pattern, kind))
+            sources.append(Source(pattern, source_kind(pattern)))
         return sources
 
     # -- run -----------------------------------------------------------------------------------

@@ -52,6 +52,7 @@ class IncidentManager:
 
     def _place(self, f: Finding) -> tuple[Incident, bool]:
         active = self.store.incidents(states=ACTIVE)
+        near = [i for i in active if f.at - i.opened_at <= self.config.window]
         if f.role == Role.ROOT:
             for inc in reversed(active):
                 if inc.category == f.category and (
@@ -61,18 +62,37 @@ class IncidentManager:
                         # a line that names the device makes the incident more precise
                         inc = self.store.update_incident(inc.id, subject=f.subject)
                     return inc, self._recurred(inc, f)
-            inc = self.store.open_incident(f)
-            log.warning("incident %d opened: %s (%s)", inc.id, f.summary, f.category)
-            return inc, True
-        recent = [i for i in active if f.at - i.opened_at <= self.config.window]
-        if recent:
-            return recent[-1], False
+            for inc in reversed(near):
+                if inc.state == IncidentState.OPEN and not self.store.actions(inc.id):
+                    if not self._has_root(inc):
+                        # the cause arrived after its symptom: it becomes the incident's root
+                        log.warning("incident %d: root cause is %s", inc.id, f.summary)
+                        promoted = self.store.update_incident(
+                            inc.id,
+                            category=f.category,
+                            rule=f.rule,
+                            summary=f.summary,
+                            subject=f.subject,
+                            severity=max(f.severity, inc.severity),
+                        )
+                        return promoted, True
+                    # close in time to an earlier root: evidence of the same failure
+                    return inc, False
+            return self._open(f), True
+        if near:
+            return near[-1], False
         for inc in reversed(active):
             if inc.category == f.category:
                 return inc, self._recurred(inc, f)
+        return self._open(f), True
+
+    def _open(self, f: Finding) -> Incident:
         inc = self.store.open_incident(f)
         log.warning("incident %d opened: %s (%s)", inc.id, f.summary, f.category)
-        return inc, True
+        return inc
+
+    def _has_root(self, inc: Incident) -> bool:
+        return any(x["role"] == Role.ROOT.value for x in self.store.findings(inc.id))
 
     def _recurred(self, inc: Incident, f: Finding) -> bool:
         """A root seen again after the server was restarted by the last step: next step."""

@@ -13,6 +13,7 @@ import glob
 import hashlib
 import logging
 import os
+import re
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -293,6 +294,21 @@ class Tailer:
             log.warning("%s: %s; skipping it", path, why)
 
 
+def source_kind(path: str) -> str:
+    """The stream kind of a log file, from where CANN, the driver and the host put it."""
+    p = path.replace("\\", "/").lower()
+    name = p.rsplit("/", 1)[-1]
+    if "/plog/" in p or name.startswith("plog-"):
+        return "plog"
+    if "/slog/" in p or "device-os" in p or name.startswith("event_") or "slogd" in name:
+        return "slog"
+    if re.search(r"(?:^|/)device-\d+", p):
+        return "device"
+    if name.startswith(("messages", "kern.log", "syslog", "dmesg", "journal")):
+        return "host"
+    return "server"
+
+
 def _is_glob(pattern: str) -> bool:
     return any(c in pattern for c in "*?[")
 
@@ -349,4 +365,4 @@ class Waker:
             self._observer = None
 
 
-__all__ = ["Checkpoints", "Source", "TailStats", "Tailer", "Waker"]
+__all__ = ["Checkpoints", "Source", "TailStats", "Tailer", "Waker", "source_kind"]

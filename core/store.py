@@ -235,11 +235,16 @@ class Store:
             "acknowledged",
             "summary",
             "subject",
+            "category",
+            "rule",
         }
         unknown = set(fields) - allowed
         if unknown:
             raise ValueError(f"cannot update incident fields {sorted(unknown)}")
-        values = {k: (v.value if isinstance(v, IncidentState) else v) for k, v in fields.items()}
+        values = {
+            k: (v.value if isinstance(v, IncidentState | Category) else v)
+            for k, v in fields.items()
+        }
         values = {k: (int(v) if isinstance(v, Severity | bool) else v) for k, v in values.items()}
         sets = ", ".join(f"{k} = ?" for k in values)
         with self._tx() as db:

@@ -201,3 +201,23 @@ async def test_device_reset_refused_for_a_device_the_server_does_not_use(tmp_pat
 def test_severity_labels() -> None:
     assert Severity.parse("critical") == Severity.CRITICAL
     assert Role("symptom") == Role.SYMPTOM
+
+
+async def test_root_after_its_symptom_becomes_the_incident_root(tmp_path: Path) -> None:
+    w = World(tmp_path, ("vllm", "serve", "m"))
+    w.incidents.ingest([w.finding("vllm-engine-dead", {}, 50)])
+    w.now += 1
+    (inc_id,) = w.incidents.ingest([w.finding("torch-npu-oom", {}, 10)])
+    (inc,) = w.store.incidents()
+    assert inc.id == inc_id
+    assert inc.category == Category.NPU_OOM and inc.rule == "torch-npu-oom"
+
+
+async def test_other_roots_close_in_time_join_the_first(tmp_path: Path) -> None:
+    w = World(tmp_path, ("vllm", "serve", "m"))
+    kv = w.finding("vllm-kv-cache-max-len-estimate", KV, 10)
+    oom = w.finding("torch-npu-oom", {}, 20)
+    assert len(w.incidents.ingest([kv, oom])) == 1
+    (inc,) = w.store.incidents()
+    assert inc.category == Category.KV_CACHE_INSUFFICIENT
+    assert len(w.store.findings(inc.id)) == 2
