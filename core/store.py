@@ -167,6 +167,9 @@ class Store:
 
     def _check_version(self) -> None:
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        if version == 0:
+            self._db.close()
+            raise StoreError(f"{self.path}: the store is empty (is the doctor still starting?)")
         if version != SCHEMA_VERSION:
             raise StoreError(
                 f"{self.path}: store schema version is {version}: expected {SCHEMA_VERSION}"

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from ascend_doctor.agent.demo import free_port
+from ascend_doctor.core.errors import StoreError
 from ascend_doctor.core.store import Store
 from ascend_doctor.sim.host import SimHost
 
@@ -46,9 +47,10 @@ def poll(cond, timeout: float, what: str):  # type: ignore[no-untyped-def]
 
 
 def read(state: Path, fn):  # type: ignore[no-untyped-def]
-    if not (state / "doctor.db").exists():
+    try:
+        store = Store.in_dir(state, readonly=True)
+    except StoreError:  # not created yet, or being created right now
         return None
-    store = Store.in_dir(state, readonly=True)
     try:
         return fn(store)
     finally:
