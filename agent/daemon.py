@@ -117,6 +117,8 @@ class Daemon:
                 sleep=asyncio.sleep,
                 clock=time.time,
                 own_pids=self._own_pids,
+                diagnostics_dir=state_dir / "diagnostics",
+                log_paths=lambda: [t for t in self.tailer.paths()],
             ),
             rules,
         )

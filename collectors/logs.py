@@ -104,6 +104,10 @@ class Tailer:
         if source not in self.sources:
             self.sources.append(source)
 
+    def paths(self) -> list[str]:
+        """Files currently followed."""
+        return [p for p, t in self._files.items() if not t.gone]
+
     def watch_dirs(self) -> set[str]:
         """Directories worth an inotify watch (the nearest existing parent of each glob)."""
         dirs = set()

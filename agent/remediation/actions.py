@@ -10,6 +10,7 @@ import re
 import shutil
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ascend_doctor.agent.launch import LaunchSpec
@@ -25,6 +26,9 @@ DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 DEFAULT_MAX_NUM_SEQS = 256
 MIN_MAX_NUM_SEQS = 8
 ALLOC_CONF = "PYTORCH_NPU_ALLOC_CONF"
+HCCL_TIMEOUTS = {"HCCL_CONNECT_TIMEOUT": (120, 1800), "HCCL_EXEC_TIMEOUT": (1836, 7200)}
+"""HCCL timeout variables: (default, ceiling) in seconds."""
+TAIL_BYTES = 64 << 10
 
 
 @dataclass
@@ -55,6 +59,10 @@ class Context:
     """Wall clock."""
     own_pids: set[int] = field(default_factory=set)
     """PIDs this server has had (not foreign holders of a device)."""
+    diagnostics_dir: Path | None = None
+    """Where collect_diagnostics writes its snapshots (None: do not write)."""
+    log_paths: Callable[[], list[str]] = field(default_factory=lambda: list)
+    """The logs worth a tail in a diagnostics snapshot."""
 
 
 @dataclass(frozen=True)
@@ -172,6 +180,75 @@ async def set_env(ctx: Context, inc: Incident, params: dict[str, Any], ev: Evide
     return Done(Outcome.OK, f"set {name}={value}", p, restart=True, override=(name, "env", value))
 
 
+async def enforce_eager(ctx: Context, inc: Incident, params: dict[str, Any], ev: Evidence) -> Done:
+    """Run without ACL graph capture (--enforce-eager): slower, but nothing to capture."""
+    if ctx.spec().has_flag("--enforce-eager"):
+        return Done(Outcome.REFUSED, "the server already runs with --enforce-eager")
+    return Done(
+        Outcome.OK,
+        "run eagerly: no graph capture",
+        {"flag": "--enforce-eager"},
+        restart=True,
+        override=("--enforce-eager", "flag", ""),
+    )
+
+
+async def raise_hccl_timeout(
+    ctx: Context, inc: Incident, params: dict[str, Any], ev: Evidence
+) -> Done:
+    """Double HCCL_CONNECT_TIMEOUT (up to a ceiling), only for a collective timeout."""
+    if inc.category.value != "hccl_timeout":
+        return Done(Outcome.REFUSED, "no evidence of slow ranks (not a collective timeout)")
+    name = str(params.get("name", "HCCL_CONNECT_TIMEOUT"))
+    if name not in HCCL_TIMEOUTS:
+        return Done(Outcome.REFUSED, f"{name} is not an HCCL timeout variable")
+    default, ceiling = HCCL_TIMEOUTS[name]
+    current = _int(ctx.spec().getenv(name, ctx.base_env)) or default
+    target = min(ceiling, current * 2)
+    p = {"name": name, "from": current, "to": target}
+    if target <= current:
+        return Done(Outcome.REFUSED, f"{name} is already at its ceiling {ceiling}s", p)
+    return Done(
+        Outcome.OK,
+        f"give slow ranks longer: {name}={target}",
+        p,
+        restart=True,
+        override=(name, "env", str(target)),
+    )
+
+
+async def collect_diagnostics(
+    ctx: Context, inc: Incident, params: dict[str, Any], ev: Evidence
+) -> Done:
+    """Snapshot npu-smi output and the log tails into the incident's evidence directory."""
+    from ascend_doctor.collectors.npu_smi import run_npu_smi
+
+    if ctx.diagnostics_dir is None:
+        return Done(Outcome.REFUSED, "no diagnostics directory configured")
+    out = ctx.diagnostics_dir / f"incident-{inc.id}-{int(ctx.clock())}"
+    out.mkdir(parents=True, exist_ok=True)
+    files: list[str] = []
+    binary = shutil.which(ctx.npu_smi, path=ctx.base_env.get("PATH")) or ctx.npu_smi
+    try:
+        res = await run_npu_smi(binary, ["info"], timeout=ctx.npu_smi_timeout)
+        (out / "npu-smi-info.txt").write_text(res.stdout + res.stderr, encoding="utf-8")
+        files.append("npu-smi-info.txt")
+    except CollectorError as exc:
+        (out / "npu-smi-info.txt").write_text(f"npu-smi failed: {exc}\n", encoding="utf-8")
+    for n, path in enumerate(ctx.log_paths()):
+        try:
+            with open(path, "rb") as f:
+                f.seek(0, 2)
+                f.seek(max(0, f.tell() - TAIL_BYTES))
+                tail = f.read()
+        except OSError:
+            continue
+        name = f"tail-{n}-{Path(path).name}"
+        (out / name).write_bytes(tail)
+        files.append(name)
+    return Done(Outcome.OK, f"snapshot in {out}", {"dir": str(out), "files": files})
+
+
 async def restart(ctx: Context, inc: Incident, params: dict[str, Any], ev: Evidence) -> Done:
     """Restart the server with the launch spec as it now stands."""
     return Done(Outcome.OK, "restart the server", {}, restart=True)
@@ -253,6 +330,9 @@ ACTIONS: dict[str, Action] = {
     "set_env": set_env,
     "restart": restart,
     "reset_device": reset_device,
+    "enforce_eager": enforce_eager,
+    "raise_hccl_timeout": raise_hccl_timeout,
+    "collect_diagnostics": collect_diagnostics,
 }
 """Every action by name; rules name these."""
 

@@ -221,3 +221,34 @@ async def test_other_roots_close_in_time_join_the_first(tmp_path: Path) -> None:
     (inc,) = w.store.incidents()
     assert inc.category == Category.KV_CACHE_INSUFFICIENT
     assert len(w.store.findings(inc.id)) == 2
+
+
+async def test_enforce_eager_and_hccl_timeout_actions(tmp_path: Path) -> None:
+    from ascend_doctor.agent.remediation.actions import Evidence as Ev
+    from ascend_doctor.agent.remediation.actions import enforce_eager, raise_hccl_timeout
+
+    w = World(tmp_path, ("vllm", "serve", "m"))
+    (inc_id,) = w.incidents.ingest([w.finding("torch-npu-oom", {}, 10)])
+    inc = w.store.incident(inc_id)
+    done = await enforce_eager(w.ctx, inc, {}, Ev({}))
+    assert done.outcome == "ok" and done.override == ("--enforce-eager", "flag", "")
+    refused = await raise_hccl_timeout(w.ctx, inc, {}, Ev({}))
+    assert refused.outcome == "refused" and "no evidence of slow ranks" in refused.reason
+
+
+async def test_collect_diagnostics_snapshots_logs(tmp_path: Path) -> None:
+    from ascend_doctor.agent.remediation.actions import Evidence as Ev
+    from ascend_doctor.agent.remediation.actions import collect_diagnostics
+
+    log = tmp_path / "server.log"
+    log.write_text("line one\nline two\n")
+    w = World(tmp_path, ("vllm", "serve", "m"))
+    w.ctx.diagnostics_dir = tmp_path / "diag"
+    w.ctx.log_paths = lambda: [str(log)]
+    w.ctx.npu_smi = str(tmp_path / "no-npu-smi")
+    (inc_id,) = w.incidents.ingest([w.finding("torch-npu-oom", {}, 10)])
+    done = await collect_diagnostics(w.ctx, w.store.incident(inc_id), {}, Ev({}))
+    assert done.outcome == "ok"
+    snap = Path(done.params["dir"])
+    assert (snap / "tail-0-server.log").read_text() == "line one\nline two\n"
+    assert "npu-smi failed: npu-smi not found" in (snap / "npu-smi-info.txt").read_text()
