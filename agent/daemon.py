@@ -20,6 +20,7 @@ from ascend_doctor.agent.remediation import Context, Remediator
 from ascend_doctor.agent.supervisor import ExitDecision, Supervisor, http_probe
 from ascend_doctor.collectors.logs import Checkpoints, Source, Tailer, Waker, source_kind
 from ascend_doctor.collectors.npu_smi import parse_info, run_npu_smi, samples_from_info
+from ascend_doctor.collectors.vllm import VllmCollector
 from ascend_doctor.core.config import Config
 from ascend_doctor.core.errors import CollectorError
 from ascend_doctor.core.events import Finding, IncidentState, ProcessEvent, ProcessState
@@ -175,6 +176,8 @@ class Daemon:
         ]
         if self.config.collectors.npu_smi.enabled:
             tasks.append(asyncio.create_task(self._npu_smi_loop(), name="npu_smi"))
+        if self.config.collectors.vllm.enabled and self.supervisor is not None:
+            tasks.append(asyncio.create_task(self._vllm_loop(), name="vllm"))
         sup_task = None
         if self.supervisor is not None:
             self.supervisor.start()
@@ -259,23 +262,43 @@ class Daemon:
                     self.store.add_sample(s.collector, s.subject, s.at, s.values)
                 self._ingest(self.engine.evaluate(samples))
             except CollectorError as exc:
-                self.collector_failures["npu_smi"] += 1
-                log.warning("collector npu_smi: %s", exc)
-                self.store.set_meta(
-                    "collector.npu_smi",
-                    {
-                        "failures": self.collector_failures["npu_smi"],
-                        "last_error": str(exc),
-                        "at": time.time(),
-                    },
-                )
+                self._collector_failed("npu_smi", str(exc))
                 if "not found" in str(exc):
                     log.warning("collector npu_smi disabled")
                     return
-            except Exception:
-                self.collector_failures["npu_smi"] += 1
+            except Exception as exc:
                 log.exception("collector npu_smi failed")
+                self._collector_failed("npu_smi", f"{type(exc).__name__}: {exc}")
             await asyncio.sleep(cfg.interval)
+
+    async def _vllm_loop(self) -> None:
+        cfg = self.config.collectors.vllm
+        assert self.base_spec is not None
+        url = self.config.server.health_url or self.base_spec.health_base_url()
+        collector = VllmCollector(url, timeout=cfg.timeout)
+        while not self._stopping:
+            await asyncio.sleep(cfg.interval)
+            sup = self.supervisor
+            if sup is None or sup.state != ProcessState.RUNNING:
+                continue  # a starting or stopped server has nothing to say yet
+            try:
+                samples = await collector.collect()
+                for s in samples:
+                    self.store.add_sample(s.collector, s.subject, s.at, s.values)
+                self._ingest(self.engine.evaluate(samples))
+            except CollectorError as exc:
+                self._collector_failed("vllm", str(exc))
+            except Exception as exc:
+                log.exception("collector vllm failed")
+                self._collector_failed("vllm", f"{type(exc).__name__}: {exc}")
+
+    def _collector_failed(self, name: str, why: str) -> None:
+        self.collector_failures[name] = self.collector_failures.get(name, 0) + 1
+        log.warning("collector %s: %s", name, why)
+        self.store.set_meta(
+            f"collector.{name}",
+            {"failures": self.collector_failures[name], "last_error": why, "at": time.time()},
+        )
 
     # -- decisions -----------------------------------------------------------------------------
 

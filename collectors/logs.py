@@ -15,6 +15,7 @@ import logging
 import os
 import re
 import threading
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -343,6 +344,11 @@ class Waker:
         except ImportError:  # pragma: no cover - watchdog is a dependency
             return False
         wake = self._wake
+        # watchdog's recursive inotify watch warns when a directory created under it (a new
+        # device-N/ of CANN) is added twice; the watch still works, the warning is noise.
+        warnings.filterwarnings(
+            "ignore", message="Callback with id", category=RuntimeWarning, module="watchdog"
+        )
 
         class _Handler(FileSystemEventHandler):
             def on_any_event(self, event: object) -> None:

@@ -348,6 +348,11 @@ def samples_from_info(info: NpuInfo, at: float) -> list[Sample]:
             "health": dev.health,
             "hbm_used_mb": dev.hbm_used_mb,
             "hbm_total_mb": dev.hbm_total_mb,
+            "hbm_used_pct": (
+                round(100.0 * dev.hbm_used_mb / dev.hbm_total_mb, 1)
+                if dev.hbm_used_mb is not None and dev.hbm_total_mb
+                else None
+            ),
             "power_w": dev.power_w,
             "temp_c": dev.temp_c,
             "aicore_pct": dev.aicore_pct,

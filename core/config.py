@@ -87,11 +87,25 @@ class NpuSmiConfig:
 
 
 @dataclass(frozen=True)
+class VllmConfig:
+    """The vllm collector: /health, /metrics and /v1/models of the supervised server."""
+
+    enabled: bool = True
+    """Run the collector while the server is RUNNING."""
+    interval: float = 5.0
+    """Seconds between runs."""
+    timeout: float = 5.0
+    """Seconds before a request is abandoned."""
+
+
+@dataclass(frozen=True)
 class CollectorsConfig:
     """Collectors by registered name."""
 
     npu_smi: NpuSmiConfig = field(default_factory=NpuSmiConfig)
     """``[collectors.npu_smi]``."""
+    vllm: VllmConfig = field(default_factory=VllmConfig)
+    """``[collectors.vllm]``."""
 
 
 @dataclass(frozen=True)
@@ -158,6 +172,8 @@ _POSITIVE = {
     "logs.max_line_bytes",
     "collectors.npu_smi.interval",
     "collectors.npu_smi.timeout",
+    "collectors.vllm.interval",
+    "collectors.vllm.timeout",
     "remediation.command_timeout",
 }
 
@@ -282,6 +298,7 @@ __all__ = [
     "NpuSmiConfig",
     "RemediationConfig",
     "ServerConfig",
+    "VllmConfig",
     "default_state_dir",
     "load_config",
     "replace",

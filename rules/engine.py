@@ -64,6 +64,7 @@ class Engine:
         self._prefilters = {s: make_prefilter(r, matcher) for s, r in by_source.items()}
         self.matcher = next(iter(self._prefilters.values())).name if self._prefilters else "re"
         self._firing: set[tuple[str, str]] = set()
+        self._since: dict[tuple[str, str], float] = {}
         self.lines_scanned = 0
         self.matches = 0
 
@@ -134,10 +135,12 @@ class Engine:
                     continue
                 key = (rule.id, sample.subject)
                 if _holds(rule, sample.values):
-                    if key not in self._firing:
+                    since = self._since.setdefault(key, sample.at)
+                    if sample.at - since >= rule.hold and key not in self._firing:
                         self._firing.add(key)
                         out.append(self._sample_finding(rule, sample))
                 else:
+                    self._since.pop(key, None)
                     self._firing.discard(key)
         return out
 
@@ -158,12 +161,15 @@ class Engine:
 
 
 def _holds(rule: ThresholdRule, values: dict[str, Any]) -> bool:
-    if rule.field not in values or values[rule.field] is None:
-        return False
-    try:
-        return _OPS[rule.op](values[rule.field], rule.value)
-    except TypeError:
-        return False
+    for name, op, threshold in rule.conditions:
+        if values.get(name) is None:
+            return False
+        try:
+            if not _OPS[op](values[name], threshold):
+                return False
+        except TypeError:
+            return False
+    return True
 
 
 def _line_at(chunk: LogChunk, start: int) -> LogLine:

@@ -73,12 +73,10 @@ class ThresholdRule:
     """Root cause or symptom."""
     sources: tuple[str, ...]
     """Collectors it reads."""
-    field: str
-    """Sample value compared."""
-    op: str
-    """One of OPS."""
-    value: Any
-    """Threshold."""
+    conditions: tuple[tuple[str, str, Any], ...]
+    """(field, op, value) comparisons over the sample's values; all must hold."""
+    hold: float
+    """Seconds the conditions must hold in a row before the rule fires (0: at once)."""
     subject: str
     """Template of the failing thing, filled from the sample's values."""
     summary: str
@@ -256,11 +254,19 @@ def _threshold(raw: dict[str, Any], rid: str, where: str) -> ThresholdRule:
             f"{where}: rule '{rid}' source {bad_sources}: expected some of {SAMPLE_SOURCES}"
         )
     when = raw["when"]
-    if not isinstance(when, dict) or when.get("op") not in OPS or "field" not in when:
-        raise RuleError(
-            f"{where}: rule '{rid}' 'when' must be {{field, op, value}} with op in {OPS}"
-        )
-    return ThresholdRule(field=str(when["field"]), op=when["op"], value=when.get("value"), **common)
+    expected = f"{{field, op, value}} or {{all: [...]}}, optional 'for: SECONDS', op in {OPS}"
+    if not isinstance(when, dict):
+        raise RuleError(f"{where}: rule '{rid}' 'when' must be {expected}")
+    items = when.get("all", [when])
+    conditions = []
+    for c in items if isinstance(items, list) else [None]:
+        if not isinstance(c, dict) or c.get("op") not in OPS or "field" not in c:
+            raise RuleError(f"{where}: rule '{rid}' 'when' must be {expected}")
+        conditions.append((str(c["field"]), str(c["op"]), c.get("value")))
+    hold = when.get("for", 0)
+    if isinstance(hold, bool) or not isinstance(hold, int | float) or hold < 0:
+        raise RuleError(f"{where}: rule '{rid}' 'when.for' is {hold!r}: expected seconds >= 0")
+    return ThresholdRule(conditions=tuple(conditions), hold=float(hold), **common)
 
 
 __all__ = ["SAMPLE_SOURCES", "SOURCES", "Rule", "RuleSet", "ThresholdRule", "load_rules"]

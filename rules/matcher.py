@@ -59,7 +59,7 @@ def _line_start(data: bytes, pos: int) -> int:
 
 
 class RePrefilter:
-    """Each rule's regex over the whole chunk (C speed), candidates at each match's line."""
+    """Each rule's regex over the whole chunk (C speed), a candidate at each match's last line."""
 
     name = "re"
 
@@ -71,7 +71,8 @@ class RePrefilter:
         for i, rule in enumerate(self.rules):
             last = -1
             for m in rule.regex.finditer(data):
-                start = _line_start(data, m.start())
+                # the line where the match ends: what hyperscan reports without start-of-match
+                start = _line_start(data, max(m.start(), m.end() - 1))
                 if start != last:
                     out.append((i, start))
                     last = start
@@ -95,7 +96,7 @@ class HyperscanPrefilter:
             expressions=[hyperscan_pattern(r.pattern) for r in self.rules],
             ids=list(range(len(self.rules))),
             elements=len(self.rules),
-            flags=[hyperscan.HS_FLAG_SOM_LEFTMOST] * len(self.rules),
+            flags=[0] * len(self.rules),
         )
         self._db = db
         self._scratch = hyperscan.Scratch(db)
@@ -107,7 +108,7 @@ class HyperscanPrefilter:
         out: list[tuple[int, int]] = []
 
         def on_match(rule: int, start: int, end: int, flags: int, ctx: object) -> None:
-            key = (rule, _line_start(data, start))
+            key = (rule, _line_start(data, max(start, end - 1)))
             if key not in seen:
                 seen.add(key)
                 out.append(key)

@@ -285,6 +285,7 @@ def test_samples_910b() -> None:
         "health": "OK",
         "hbm_used_mb": 61614,
         "hbm_total_mb": 65536,
+        "hbm_used_pct": 94.0,
         "power_w": 263.5,
         "temp_c": 52,
         "aicore_pct": 43,

@@ -1,0 +1,148 @@
+"""The ``vllm`` collector: /health (status, latency), /metrics and /v1/models.
+
+``parse_metrics`` is pure and reads both the v1 metric names and the older ones
+(``vllm:gpu_cache_usage_perc``); counters and histograms are summed over label
+sets (engines, models). Latency quantiles are computed over the interval from
+the histogram buckets' deltas, so they describe the last interval, not all time.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from ascend_doctor.core.errors import CollectorError
+from ascend_doctor.core.events import Sample
+
+COLLECTOR = "vllm"
+
+GAUGES = {
+    "vllm:num_requests_running": "running",
+    "vllm:num_requests_waiting": "waiting",
+    "vllm:kv_cache_usage_perc": "kv_cache_usage",
+    "vllm:gpu_cache_usage_perc": "kv_cache_usage",  # before v1
+}
+COUNTERS = {
+    "vllm:num_preemptions_total": "preemptions_total",
+    "vllm:prompt_tokens_total": "prompt_tokens_total",
+    "vllm:generation_tokens_total": "generation_tokens_total",
+}
+HISTOGRAMS = {
+    "vllm:time_to_first_token_seconds": "ttft",
+    "vllm:e2e_request_latency_seconds": "e2e",
+}
+
+
+@dataclass(frozen=True)
+class VllmMetrics:
+    """What /metrics says, summed over label sets."""
+
+    values: dict[str, float]
+    """Gauges and counters by short name (running, waiting, kv_cache_usage, ...)."""
+    buckets: dict[str, dict[float, float]]
+    """Cumulative histogram buckets by short name: upper bound -> count."""
+    cache_config: dict[str, str] = field(default_factory=dict)
+    """Labels of ``vllm:cache_config_info`` (block_size, gpu_memory_utilization, ...)."""
+
+
+def parse_metrics(text: str) -> VllmMetrics:
+    """Parse Prometheus text from vLLM's /metrics; CollectorError on text that is not."""
+    values: dict[str, float] = {}
+    buckets: dict[str, dict[float, float]] = {}
+    cache: dict[str, str] = {}
+    try:
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                if s.name in GAUGES or s.name in COUNTERS:
+                    key = GAUGES.get(s.name) or COUNTERS[s.name]
+                    values[key] = values.get(key, 0.0) + float(s.value)
+                elif s.name.endswith("_bucket") and s.name[: -len("_bucket")] in HISTOGRAMS:
+                    key = HISTOGRAMS[s.name[: -len("_bucket")]]
+                    le = float(s.labels.get("le", "inf"))
+                    hist = buckets.setdefault(key, {})
+                    hist[le] = hist.get(le, 0.0) + float(s.value)
+                elif s.name == "vllm:cache_config_info":
+                    cache = {k: v for k, v in s.labels.items() if k not in ("engine", "model_name")}
+    except (ValueError, TypeError, IndexError) as exc:
+        raise CollectorError(f"vllm /metrics: not Prometheus text: {exc}") from None
+    return VllmMetrics(values, buckets, cache)
+
+
+def quantile(buckets: dict[float, float], q: float) -> float | None:
+    """The q-quantile of a cumulative histogram by linear interpolation (None: no data)."""
+    bounds = sorted(buckets)
+    if not bounds or buckets[bounds[-1]] <= 0:
+        return None
+    total = buckets[bounds[-1]]
+    rank = q * total
+    prev_bound, prev_count = 0.0, 0.0
+    for bound in bounds:
+        count = buckets[bound]
+        if count >= rank:
+            if math.isinf(bound):
+                return prev_bound
+            span = count - prev_count
+            frac = (rank - prev_count) / span if span > 0 else 1.0
+            return prev_bound + (bound - prev_bound) * frac
+        prev_bound, prev_count = bound, count
+    return prev_bound
+
+
+class VllmCollector:
+    """Probes one server; keeps the previous counters to report deltas."""
+
+    name = COLLECTOR
+
+    def __init__(self, base_url: str, *, timeout: float = 5.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self._previous: VllmMetrics | None = None
+
+    async def collect(self) -> list[Sample]:
+        """One sample of subject ``server``; a server that does not answer is a sample too."""
+        at = time.time()
+        values: dict[str, Any] = {}
+        async with httpx.AsyncClient(timeout=self.timeout, trust_env=False) as client:
+            t0 = time.monotonic()
+            try:
+                health = await client.get(self.base_url + "/health")
+                values["health_status"] = health.status_code
+            except httpx.HTTPError as exc:
+                values["health_status"] = 0
+                values["health_error"] = type(exc).__name__
+            values["health_latency_ms"] = round((time.monotonic() - t0) * 1000, 1)
+            if values["health_status"] == 0:
+                return [Sample(COLLECTOR, "server", at, values)]
+            try:
+                metrics = parse_metrics((await client.get(self.base_url + "/metrics")).text)
+                models = (await client.get(self.base_url + "/v1/models")).json()
+            except (httpx.HTTPError, ValueError) as exc:
+                raise CollectorError(f"vllm: {type(exc).__name__}: {exc}") from None
+        values.update(metrics.values)
+        values.update({f"cache_{k}": v for k, v in metrics.cache_config.items()})
+        data = models.get("data") if isinstance(models, dict) else None
+        if data and isinstance(data[0], dict) and "max_model_len" in data[0]:
+            values["max_model_len"] = data[0]["max_model_len"]
+        prev = self._previous
+        if prev is not None:
+            for key in ("generation_tokens_total", "prompt_tokens_total", "preemptions_total"):
+                if key in metrics.values and key in prev.values:
+                    delta = metrics.values[key] - prev.values[key]
+                    values[key.replace("_total", "_delta")] = max(0.0, delta)
+            for name, hist in metrics.buckets.items():
+                old = prev.buckets.get(name, {})
+                window = {b: c - old.get(b, 0.0) for b, c in hist.items()}
+                for q in (0.5, 0.99):
+                    value = quantile(window, q)
+                    if value is not None:
+                        values[f"{name}_p{round(q * 100)}"] = round(value, 4)
+        self._previous = metrics
+        return [Sample(COLLECTOR, "server", at, values)]
+
+
+__all__ = ["COLLECTOR", "VllmCollector", "VllmMetrics", "parse_metrics", "quantile"]
