@@ -112,7 +112,7 @@ def run_watch(config: Config, state_dir: Path, spec: Any) -> int:
     from ascend_doctor.rules import load_rules
 
     try:
-        rules = load_rules()
+        rules = load_rules([Path(d) for d in config.rules.dirs])
         daemon = Daemon(config, state_dir, spec, rules)
     except DoctorError as exc:
         raise click.ClickException(str(exc)) from None

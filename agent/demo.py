@@ -126,7 +126,7 @@ async def _run_scenario(scenario: Scenario, host: SimHost, config: Config, state
         scenario.model, ["--host", "127.0.0.1", "--port", str(port), *scenario.flags]
     )
     spec = LaunchSpec(tuple(argv), {**host.env(), **scenario.env})
-    daemon = Daemon(config, state_dir, spec, load_rules())
+    daemon = Daemon(config, state_dir, spec, load_rules([Path(d) for d in config.rules.dirs]))
     started = time.time()
     run = asyncio.create_task(daemon.run())
     driver = asyncio.create_task(drive(scenario, host, f"http://127.0.0.1:{port}"))

@@ -135,6 +135,14 @@ class RemediationConfig:
 
 
 @dataclass(frozen=True)
+class RulesConfig:
+    """Where rules come from besides the shipped packs."""
+
+    dirs: tuple[str, ...] = ()
+    """Site rules directories: add rules, override fields by id, disable by id."""
+
+
+@dataclass(frozen=True)
 class IncidentsConfig:
     """How findings group into incidents."""
 
@@ -156,6 +164,8 @@ class Config:
     """``[remediation]``."""
     incidents: IncidentsConfig = field(default_factory=IncidentsConfig)
     """``[incidents]``."""
+    rules: RulesConfig = field(default_factory=RulesConfig)
+    """``[rules]``."""
 
 
 _CHOICES: dict[str, tuple[str, ...]] = {
@@ -297,6 +307,7 @@ __all__ = [
     "LogsConfig",
     "NpuSmiConfig",
     "RemediationConfig",
+    "RulesConfig",
     "ServerConfig",
     "VllmConfig",
     "default_state_dir",

@@ -120,21 +120,29 @@ def builtin_pack_dir() -> Path:
 def load_rules(dirs: list[Path] | None = None) -> RuleSet:
     """Load every ``*.yaml`` of the builtin packs, then of ``dirs`` (site rules).
 
-    A site rule with the id of a loaded rule replaces it; ``disable: [ids]`` at the
-    top of a site file removes rules.
+    A site rule with the id of a loaded rule overrides the fields it names (the rest
+    stay as shipped); a new id adds a rule; ``disable: [ids]`` at the top of a site
+    file removes rules. Unknown ids in ``disable`` are an error (a typo would
+    otherwise silently keep a rule on).
     """
     text: dict[str, Rule] = {}
     thresholds: dict[str, ThresholdRule] = {}
+    raws: dict[str, dict[str, Any]] = {}
     for d in [builtin_pack_dir(), *(dirs or [])]:
         if not d.is_dir():
             raise RuleError(f"{d}: rules directory does not exist")
         for path in sorted(d.glob("*.yaml")):
-            _load_file(path, text, thresholds, site=d != builtin_pack_dir())
+            _load_file(path, text, thresholds, raws, site=d != builtin_pack_dir())
     return RuleSet(tuple(text.values()), tuple(thresholds.values()))
 
 
 def _load_file(
-    path: Path, text: dict[str, Rule], thresholds: dict[str, ThresholdRule], *, site: bool
+    path: Path,
+    text: dict[str, Rule],
+    thresholds: dict[str, ThresholdRule],
+    raws: dict[str, dict[str, Any]],
+    *,
+    site: bool,
 ) -> None:
     try:
         doc = yaml.load(path.read_text(encoding="utf-8"), Loader=_LineLoader)
@@ -143,6 +151,8 @@ def _load_file(
     if not isinstance(doc, dict) or not isinstance(doc.get("rules", []), list):
         raise RuleError(f"{path}: expected a mapping with a 'rules' list")
     for rid in doc.get("disable", []) if site else []:
+        if str(rid) not in raws:
+            raise RuleError(f"{path}: 'disable' names unknown rule '{rid}'")
         text.pop(str(rid), None)
         thresholds.pop(str(rid), None)
     for raw in doc.get("rules", []):
@@ -152,8 +162,11 @@ def _load_file(
         rid = raw.get("id")
         if not isinstance(rid, str) or not rid:
             raise RuleError(f"{where}: rule without an 'id'")
-        if not site and (rid in text or rid in thresholds):
+        if not site and rid in raws:
             raise RuleError(f"{where}: rule '{rid}' is defined twice")
+        if site and rid in raws:
+            raw = {**raws[rid], **raw}  # override only the fields the site names
+        raws[rid] = raw
         if "when" in raw:
             thresholds[rid] = _threshold(raw, rid, where)
         else:

@@ -103,3 +103,17 @@ def test_site_rules_override_and_disable(tmp_path: Path) -> None:
     ids = {r.id: r for r in rules.text}
     assert "vllm-engine-dead" not in ids
     assert ids["torch-npu-oom"].summary == "oom"
+
+
+def test_site_rule_overrides_only_the_fields_it_names(tmp_path: Path) -> None:
+    (tmp_path / "site.yaml").write_text("rules:\n  - id: torch-npu-oom\n    severity: warning\n")
+    rule = next(r for r in load_rules([tmp_path]).text if r.id == "torch-npu-oom")
+    assert rule.severity.label == "warning"
+    assert rule.category == Category.NPU_OOM  # the rest as shipped
+    assert rule.remediation  # kept
+
+
+def test_disabling_an_unknown_rule_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "site.yaml").write_text("disable: [no-such-rule]\n")
+    with pytest.raises(RuleError, match="'disable' names unknown rule 'no-such-rule'"):
+        load_rules([tmp_path])
