@@ -301,4 +301,13 @@ def incident_dicts(store: Store) -> list[dict[str, Any]]:
     return out
 
 
+def _register() -> None:
+    from ascend_doctor.agent.cli_rules import findings, rules_group
+
+    main.add_command(rules_group)
+    main.add_command(findings)
+
+
+_register()
+
 __all__ = ["incident_dicts", "main", "run_watch", "setup_logging"]

@@ -1,0 +1,189 @@
+"""``ascend-doctor rules ...`` and ``ascend-doctor findings``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ascend_doctor.core.errors import DoctorError
+from ascend_doctor.core.events import LogChunk
+from ascend_doctor.rules import Engine, RuleSet, load_rules
+from ascend_doctor.rules.matcher import hyperscan_error
+
+BLOCK = 4 << 20
+
+
+def _load(dirs: tuple[Path, ...]) -> RuleSet:
+    try:
+        return load_rules(list(dirs))
+    except DoctorError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+rules_dir_option = click.option(
+    "--rules",
+    "rule_dirs",
+    multiple=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Site rules directory on top of the builtin packs (repeatable).",
+)
+
+
+@click.group("rules")
+def rules_group() -> None:
+    """Check, test and use the rule packs."""
+
+
+@rules_group.command("lint")
+@click.argument("dirs", nargs=-1, type=click.Path(file_okay=False, path_type=Path))
+def lint(dirs: tuple[Path, ...]) -> None:
+    """Load the builtin packs and DIRS; every pattern must compile on both matching paths."""
+    rules = _load(dirs)
+    problems = []
+    for rule in rules.text:
+        error = hyperscan_error(rule.pattern)
+        if error:
+            problems.append(f"{rule.file}: rule '{rule.id}': hyperscan cannot compile: {error}")
+        if not rule.explain:
+            problems.append(f"{rule.file}: rule '{rule.id}': no 'explain'")
+    for line in problems:
+        click.echo(line, err=True)
+    if problems:
+        sys.exit(1)
+    click.echo(f"{len(rules.text)} text rules and {len(rules.thresholds)} threshold rules: ok")
+
+
+@rules_group.command("test")
+@click.argument("dirs", nargs=-1, type=click.Path(file_okay=False, path_type=Path))
+def test(dirs: tuple[Path, ...]) -> None:
+    """Run every rule's examples through every matching path."""
+    rules = _load(dirs)
+    engines = [Engine(rules, matcher="re")]
+    if Engine(rules).matcher == "hyperscan":
+        engines.append(Engine(rules, matcher="hyperscan"))
+    failures = 0
+    for rule in rules.text:
+        for engine in engines:
+            for kind, lines in rule.examples.items():
+                for text in lines:
+                    chunk = LogChunk("example", rule.sources[0], 0, (text + "\n").encode())
+                    hit = rule.id in {f.rule for f in engine.scan(chunk)}
+                    if hit != (kind == "match"):
+                        failures += 1
+                        verb = "does not match" if kind == "match" else "matches near miss"
+                        click.echo(
+                            f"{rule.file}: rule '{rule.id}' ({engine.matcher}) {verb}: {text}",
+                            err=True,
+                        )
+    if failures:
+        sys.exit(1)
+    paths = "+".join(e.matcher for e in engines)
+    click.echo(f"{len(rules.text)} rules, every example passes ({paths})")
+
+
+@rules_group.command("scan")
+@click.argument("files", nargs=-1, required=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per finding per line.")
+@click.option("--source", default=None, help="Stream kind of the input (default: from the path).")
+@rules_dir_option
+def scan(
+    files: tuple[str, ...], as_json: bool, source: str | None, rule_dirs: tuple[Path, ...]
+) -> None:
+    """Scan FILES (- for stdin) offline and print every finding."""
+    from ascend_doctor.collectors.logs import source_kind
+
+    engine = Engine(_load(rule_dirs), clock=lambda: 0.0)
+    found = 0
+    for name in files:
+        try:
+            stream = sys.stdin.buffer if name == "-" else open(name, "rb")
+        except OSError as exc:
+            click.echo(f"{name}: {exc.strerror}", err=True)
+            continue
+        kind = source or ("server" if name == "-" else source_kind(name))
+        with stream:
+            for finding in _scan_stream(engine, stream, name, kind):
+                found += 1
+                _print_finding(finding, as_json)
+    if not as_json:
+        click.echo(f"{found} findings", err=True)
+
+
+def _scan_stream(engine: Engine, stream: Any, name: str, kind: str) -> Any:
+    pending, offset, line = b"", 0, 1
+    while True:
+        block = stream.read(BLOCK)
+        data = pending + block
+        if not data:
+            return
+        cut = data.rfind(b"\n") + 1 if block else len(data)
+        if cut == 0:
+            pending = data
+            continue
+        body = data[:cut] if data[:cut].endswith(b"\n") else data[:cut] + b"\n"
+        yield from engine.scan(LogChunk(name, kind, offset, body, first_line=line))
+        line += body.count(b"\n")
+        offset += cut
+        pending = data[cut:]
+        if not block:
+            return
+
+
+def _print_finding(f: Any, as_json: bool) -> None:
+    first = f.evidence[0] if f.evidence else None
+    row = {
+        "rule": f.rule,
+        "category": f.category.value,
+        "severity": f.severity.label,
+        "path": f.path,
+        "line": first.line if first else 0,
+        "text": first.text if first else "",
+        "captures": f.captures,
+    }
+    if as_json:
+        click.echo(json.dumps(row))
+    else:
+        click.echo(f"{row['path']}:{row['line']}: [{row['category']}] {f.summary}")
+
+
+@click.command("findings")
+@click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="The doctor's state dir.",
+)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per finding per line.")
+def findings(state_dir: Path | None, as_json: bool) -> None:
+    """The stored findings, oldest first."""
+    from ascend_doctor.core.config import default_state_dir
+    from ascend_doctor.core.store import Store
+
+    try:
+        store = Store.in_dir(state_dir or default_state_dir(), readonly=True)
+    except DoctorError as exc:
+        raise click.ClickException(str(exc)) from None
+    rows = store.findings()
+    store.close()
+    for r in rows:
+        row = {
+            "rule": r["rule"],
+            "category": r["category"],
+            "severity": r["severity"],
+            "path": r["path"],
+            "offset": r["offset"],
+            "text": r["evidence"][0]["text"] if r["evidence"] else r["summary"],
+            "incident": r["incident_id"],
+            "at": r["at"],
+        }
+        if as_json:
+            click.echo(json.dumps(row))
+        else:
+            click.echo(f"#{row['incident']} {row['severity']:8} {row['category']:22} {row['text']}")
+
+
+__all__ = ["findings", "rules_group"]
