@@ -40,7 +40,7 @@ class IncidentManager:
         ordered = sorted(findings, key=lambda f: f.role != Role.ROOT)  # roots first, stable
         needs: list[int] = []
         for f in ordered:
-            if f.offset >= 0 and self.store.seen_finding(f.path, f.offset, f.rule):
+            if f.offset >= 0 and self.store.seen_finding(f.file_id or f.path, f.offset, f.rule):
                 continue  # delivered again after a restart: already counted
             incident, fresh = self._place(f)
             self.store.add_finding(f, incident.id)

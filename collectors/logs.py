@@ -268,6 +268,7 @@ class Tailer:
             offset=tracked.offset,
             data=body,
             first_line=tracked.line,
+            file_id=f"{tracked.dev}:{tracked.ino}",
         )
         lines = body.count(b"\n")
         if tracked.line:

@@ -116,6 +116,9 @@ class LogChunk:
     """Whole lines, each ending in ``\\n``."""
     first_line: int = 0
     """1-based line number of the first line when known, else 0."""
+    file_id: str = ""
+    """Identity of the file (device:inode): with ``offset`` it names a line uniquely even
+    after the path was reused by a rotation. Empty means "the path"."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,7 +194,9 @@ class Finding:
     path: str = ""
     """Source file ("" for sample-based findings)."""
     offset: int = -1
-    """Byte offset of the matched line; with ``path`` it deduplicates findings."""
+    """Byte offset of the matched line; with ``file_id`` it deduplicates findings."""
+    file_id: str = ""
+    """Identity of the file the line came from (the path when not known)."""
     remediation: tuple[tuple[PlannedAction, ...], ...] = ()
     """The rule's ordered remediation steps; each step is actions applied together."""
     explain: str = ""

@@ -59,10 +59,12 @@ CREATE TABLE IF NOT EXISTS findings (
     captures TEXT NOT NULL,
     evidence TEXT NOT NULL,
     path TEXT NOT NULL,
+    file_id TEXT NOT NULL,
     offset INTEGER NOT NULL,
     at REAL NOT NULL
 );
-CREATE UNIQUE INDEX IF NOT EXISTS findings_once ON findings (path, offset, rule) WHERE offset >= 0;
+CREATE UNIQUE INDEX IF NOT EXISTS findings_once ON findings (file_id, offset, rule)
+    WHERE offset >= 0;
 CREATE TABLE IF NOT EXISTS actions (
     id INTEGER PRIMARY KEY,
     incident_id INTEGER NOT NULL REFERENCES incidents (id),
@@ -260,7 +262,7 @@ class Store:
     # -- findings ----------------------------------------------------------------------------
 
     def add_finding(self, finding: Finding, incident_id: int | None) -> bool:
-        """Store a finding; False when the same (path, offset, rule) was stored before."""
+        """Store a finding; False when the same (file, offset, rule) was stored before."""
         evidence = [
             {"path": e.path, "offset": e.offset, "line": e.line, "text": e.text}
             for e in finding.evidence
@@ -269,8 +271,8 @@ class Store:
             with self._tx() as db:
                 db.execute(
                     "INSERT INTO findings (incident_id, rule, category, severity, role, subject,"
-                    " summary, captures, evidence, path, offset, at)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    " summary, captures, evidence, path, file_id, offset, at)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         incident_id,
                         finding.rule,
@@ -282,6 +284,7 @@ class Store:
                         json.dumps(finding.captures),
                         json.dumps(evidence),
                         finding.path,
+                        finding.file_id or finding.path,
                         finding.offset,
                         finding.at,
                     ),
@@ -290,11 +293,11 @@ class Store:
             return False
         return True
 
-    def seen_finding(self, path: str, offset: int, rule: str) -> bool:
-        """Whether a finding of ``rule`` at (path, offset) is already stored."""
+    def seen_finding(self, file_id: str, offset: int, rule: str) -> bool:
+        """Whether a finding of ``rule`` at (file, offset) is already stored."""
         row = self._db.execute(
-            "SELECT 1 FROM findings WHERE path = ? AND offset = ? AND rule = ?",
-            (path, offset, rule),
+            "SELECT 1 FROM findings WHERE file_id = ? AND offset = ? AND rule = ?",
+            (file_id, offset, rule),
         ).fetchone()
         return row is not None
 

@@ -122,6 +122,7 @@ class Engine:
             evidence=(evidence[0], *before, *evidence[1:]),
             path=chunk.path,
             offset=chunk.offset + start,
+            file_id=chunk.file_id or chunk.path,
             remediation=rule.remediation,
             explain=rule.explain,
         )

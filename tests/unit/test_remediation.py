@@ -252,3 +252,15 @@ async def test_collect_diagnostics_snapshots_logs(tmp_path: Path) -> None:
     snap = Path(done.params["dir"])
     assert (snap / "tail-0-server.log").read_text() == "line one\nline two\n"
     assert "npu-smi failed: npu-smi not found" in (snap / "npu-smi-info.txt").read_text()
+
+
+async def test_a_reused_path_is_not_a_duplicate(tmp_path: Path) -> None:
+    import dataclasses
+
+    w = World(tmp_path, ("vllm", "serve", "m"))
+    old = dataclasses.replace(w.finding("torch-npu-oom", {}, 10), file_id="64768:1001")
+    new = dataclasses.replace(old, file_id="64768:1002")  # same path and offset, rotated file
+    w.incidents.ingest([old])
+    w.incidents.ingest([old])  # delivered again: dropped
+    w.incidents.ingest([new])
+    assert len(w.store.findings()) == 2
