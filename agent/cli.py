@@ -73,27 +73,36 @@ def main() -> None:
 @config_option
 @state_dir_option
 @click.option("--dry-run", is_flag=True, help="Log what remediation would do; change nothing.")
+@click.option("--log", "logs", multiple=True, help="Also follow this file or glob (repeatable).")
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def watch(
     config_path: Path | None,
     state_dir: Path | None,
     dry_run: bool,
+    logs: tuple[str, ...],
     verbose: bool,
     command: tuple[str, ...],
 ) -> None:
-    """Supervise COMMAND (e.g. -- vllm serve MODEL ...): watch, diagnose, remediate."""
+    """Supervise COMMAND (e.g. -- vllm serve MODEL ...): watch, diagnose, remediate.
+
+    Without COMMAND only the observers run (logs, collectors, rules, incidents).
+    """
+    import dataclasses
+
     from ascend_doctor.agent.launch import LaunchSpec
 
     config = _config(config_path)
     if dry_run:
         config = _with_remediation(config, dry_run=True)
-    if not command:
-        raise click.UsageError("give the server command after --, e.g. -- vllm serve MODEL")
-    if shutil.which(command[0]) is None:
+    if logs:
+        config = dataclasses.replace(
+            config, logs=dataclasses.replace(config.logs, paths=(*config.logs.paths, *logs))
+        )
+    if command and shutil.which(command[0]) is None:
         raise click.ClickException(f"command not found: {command[0]}")
     setup_logging(verbose)
-    spec = LaunchSpec(tuple(command))
+    spec = LaunchSpec(tuple(command)) if command else None
     status = run_watch(config, _state_dir(state_dir), spec)
     sys.exit(status)
 

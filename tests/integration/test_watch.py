@@ -151,3 +151,45 @@ def test_watch_learns_survives_sigterm_and_relaunches_with_overrides(tmp_path: P
     )
     (inc,) = [json.loads(x) for x in res.stdout.splitlines()]
     assert inc["category"] == "kv_cache_insufficient"
+
+
+def test_watch_without_command_only_observes(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    state = tmp_path / "state"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_")}
+    env["PATH"] = os.path.dirname(sys.executable)  # no npu-smi here: that collector turns off
+    out = open(tmp_path / "doctor.out", "wb")
+    doctor = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ascend_doctor",
+            "watch",
+            "--state-dir",
+            str(state),
+            "--log",
+            str(logs / "*.log"),
+        ],
+        env=env,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        poll(lambda: read(state, lambda s: s.meta("doctor")), 30, "the doctor to start")
+        (logs / "server.log").write_text(
+            "INFO 09-08 02:55:20 [worker.py:240] Available KV cache memory: 25.82 GiB\n"
+            "RuntimeError: NPU out of memory. Tried to allocate 2.00 GiB\n"
+        )
+        (inc,) = poll(lambda: read(state, lambda s: s.incidents()), 30, "an incident")
+        assert inc.category == "npu_oom"
+        doctor.send_signal(signal.SIGTERM)
+        assert doctor.wait(timeout=20) == 0
+    finally:
+        if doctor.poll() is None:
+            doctor.kill()
+        doctor.wait()
+        out.close()
+    log = (tmp_path / "doctor.out").read_text()
+    assert "npu-smi not found" in log
+    assert read(state, lambda s: s.process_events()) == []  # nothing was supervised
