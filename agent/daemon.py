@@ -81,6 +81,7 @@ class Daemon:
             self._sources(),
             _StoreCheckpoints(self.store),
             read_from=config.logs.read_from,
+            lookback_bytes=config.logs.lookback_bytes,
             max_line_bytes=config.logs.max_line_bytes,
         )
         self._wake = asyncio.Event()

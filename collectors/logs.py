@@ -89,11 +89,13 @@ class Tailer:
         checkpoints: Checkpoints,
         *,
         read_from: str = "end",
+        lookback_bytes: int = 0,
         max_line_bytes: int = 262144,
     ) -> None:
         self.sources = list(sources)
         self.checkpoints = checkpoints
         self.read_from = read_from
+        self.lookback_bytes = lookback_bytes
         self.max_line_bytes = max_line_bytes
         self.stats = TailStats()
         self._files: dict[str, _Tracked] = {}
@@ -187,7 +189,10 @@ class Tailer:
     def _start(self, path: str, kind: str, st: os.stat_result) -> _Tracked | None:
         identity = f"{st.st_dev}:{st.st_ino}"
         saved = self.checkpoints.get(identity)
-        offset, line = (st.st_size, 0) if self._first_pass and self.read_from == "end" else (0, 1)
+        if self._first_pass and self.read_from == "end":
+            offset, line = self._lookback(path, st.st_size), 0
+        else:
+            offset, line = 0, 1
         if saved is not None:
             saved_offset, saved_head = saved
             length = int(saved_head.partition(":")[0] or 0)
@@ -212,6 +217,22 @@ class Tailer:
         tracked = _Tracked(path, kind, st.st_dev, st.st_ino, offset, fh, line=line)
         self._files[path] = tracked
         return tracked
+
+    def _lookback(self, path: str, size: int) -> int:
+        """Where "the end" starts: ``lookback_bytes`` before it, at a line boundary."""
+        if self.lookback_bytes <= 0 or size == 0:
+            return size
+        start = max(0, size - self.lookback_bytes)
+        if start == 0:
+            return 0
+        try:
+            with open(path, "rb") as f:
+                f.seek(start - 1)
+                window = f.read(size - start + 1)
+        except OSError:
+            return size
+        newline = window.find(b"\n")
+        return size if newline < 0 else start + newline
 
     def _read(self, tracked: _Tracked) -> list[LogChunk]:
         assert tracked.fh is not None

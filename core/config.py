@@ -64,6 +64,8 @@ class LogsConfig:
     """Seconds between stat passes (inotify, when present, wakes the tailer sooner)."""
     read_from: str = "end"
     """Where files seen at first start are read from: ``end`` or ``beginning``."""
+    lookback_bytes: int = 0
+    """With ``read_from = "end"``, also read this many bytes before the end (whole lines)."""
     max_line_bytes: int = 262144
     """Lines longer than this are cut."""
     context_before: int = 2

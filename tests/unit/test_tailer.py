@@ -155,3 +155,10 @@ def test_checkpoint_of_a_reused_inode_is_discarded(tmp_path: Path, tailer: Any) 
     t2 = tailer([Source(str(p), "server")], mem)
     assert lines(t2) == ["old file line"]
     assert t2.stats.checkpoint_resets == 1
+
+
+def test_lookback_reads_whole_lines_before_the_end(tmp_path: Path, tailer: Any) -> None:
+    p = tmp_path / "s.log"
+    p.write_text("old line one\nold line two\nrecent\n")
+    t = tailer([Source(str(p), "server")], Mem(), lookback_bytes=10)
+    assert lines(t) == ["recent"]
