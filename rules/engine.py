@@ -7,6 +7,7 @@ matched lines are cut out, so per-line Python work happens only on matches.
 from __future__ import annotations
 
 import operator
+import re
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -32,8 +33,19 @@ class _Blank(dict[str, str]):
         return "?"
 
 
+_OPTIONAL = re.compile(r"\[\[(.*?)\]\]", re.S)
+_NAME = re.compile(r"\{(\w+)\}")
+
+
 def fill(template: str, values: dict[str, Any]) -> str:
-    """Fill a ``{name}`` template; unknown names become ``?``."""
+    """Fill a ``{name}`` template. A ``[[...]]`` part is kept only when every name in it
+    has a value (optional captures); other unknown names become ``?``."""
+
+    def optional(m: re.Match[str]) -> str:
+        names = _NAME.findall(m.group(1))
+        return m.group(1) if all(values.get(n) not in (None, "") for n in names) else ""
+
+    template = _OPTIONAL.sub(optional, template)
     try:
         return template.format_map(_Blank({k: str(v) for k, v in values.items()}))
     except (ValueError, IndexError):

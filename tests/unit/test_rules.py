@@ -117,3 +117,22 @@ def test_disabling_an_unknown_rule_is_an_error(tmp_path: Path) -> None:
     (tmp_path / "site.yaml").write_text("disable: [no-such-rule]\n")
     with pytest.raises(RuleError, match="'disable' names unknown rule 'no-such-rule'"):
         load_rules([tmp_path])
+
+
+def test_no_summary_of_a_shipped_example_has_a_blank() -> None:
+    blanks = []
+    for rule in RULES.text:
+        for line in rule.examples["match"]:
+            chunk = LogChunk("x", rule.sources[0], 0, (line + "\n").encode())
+            for f in ENGINE.scan(chunk):
+                if f.rule == rule.id and "?" in f.summary:
+                    blanks.append((rule.id, f.summary))
+    assert blanks == []
+
+
+def test_optional_parts_of_a_summary() -> None:
+    from ascend_doctor.rules import fill
+
+    assert fill("oom[[ on NPU {device}]]", {"device": "3"}) == "oom on NPU 3"
+    assert fill("oom[[ on NPU {device}]]", {}) == "oom"
+    assert fill("{a} and {b}", {"a": 1}) == "1 and ?"
