@@ -18,7 +18,14 @@ from ascend_doctor.agent.incidents import ACTIVE, IncidentManager
 from ascend_doctor.agent.launch import LaunchSpec
 from ascend_doctor.agent.remediation import Context, Remediator
 from ascend_doctor.agent.supervisor import ExitDecision, Supervisor, http_probe
-from ascend_doctor.collectors.logs import Checkpoints, Source, Tailer, Waker, source_kind
+from ascend_doctor.collectors.logs import (
+    Checkpoint,
+    Checkpoints,
+    Source,
+    Tailer,
+    Waker,
+    source_kind,
+)
 from ascend_doctor.collectors.npu_smi import parse_info, run_npu_smi, samples_from_info
 from ascend_doctor.collectors.vllm import VllmCollector
 from ascend_doctor.core.config import Config
@@ -37,11 +44,16 @@ class _StoreCheckpoints(Checkpoints):
     def __init__(self, store: Store) -> None:
         self.store = store
 
-    def get(self, identity: str) -> tuple[int, str] | None:
-        return self.store.offset(identity)
+    def get(self, identity: str) -> Checkpoint | None:
+        row = self.store.offset(identity)
+        return None if row is None else Checkpoint(*row)
 
-    def put(self, items: list[tuple[str, str, int, str]]) -> None:
-        self.store.set_offsets(items)
+    def by_head(self, head: str) -> Checkpoint | None:
+        row = self.store.offset_by_head(head)
+        return None if row is None else Checkpoint(*row)
+
+    def put(self, items: list[tuple[str, str, Checkpoint]]) -> None:
+        self.store.set_offsets([(i, p, c.offset, c.head, c.file_id) for i, p, c in items])
 
 
 def cann_log_root(env: Mapping[str, str]) -> Path:
@@ -82,6 +94,7 @@ class Daemon:
             _StoreCheckpoints(self.store),
             read_from=config.logs.read_from,
             lookback_bytes=config.logs.lookback_bytes,
+            first_start=not self.store.has_offsets(),
             max_line_bytes=config.logs.max_line_bytes,
         )
         self._wake = asyncio.Event()

@@ -1,10 +1,24 @@
-"""The tailer: follows log files and globs, hands whole-line chunks onward.
+"""The tailer: follows log files and globs and hands whole-line chunks onward, losing none.
 
-Basic but honest: offsets are checkpointed in the store keyed by file identity
-(device, inode and a checksum of the first bytes), files that appear later are
-read from their beginning, a file that shrank is read again from the start, and
-a rotated-away file is read to its end before it is released. Inotify (watchdog)
-only wakes the loop; a stat pass every ``poll_interval`` is the ground truth.
+- Identity. A file is (device, inode) plus a generation that changes when it is
+  truncated or its first bytes change (inode reuse); ``file_id`` names that generation
+  so that (file_id, offset) names one line for ever, and findings are deduplicated by it.
+- Rotation. Rename + create, delete + recreate and a switched symlink change the inode
+  behind a path: the old file is read to its end through the descriptor still open on
+  it before it is released. A rotated file that the sources also match (``app.log*``)
+  is recognised by its inode and continued where it was, not read twice. Copytruncate
+  leaves a copy whose first bytes equal the original's: the copy is continued from the
+  original's offset under the original's ``file_id``, so the lines written between the
+  last read and the truncation are read once, from the copy.
+- Checkpoints. Offsets are saved in the store after the findings of the lines before
+  them are stored (at least once); duplicates after a crash are dropped by file_id and
+  offset. A checkpoint past the end of its file or whose first-bytes checksum no longer
+  matches is discarded with a counted warning.
+- Start. At the doctor's very first start, files that exist are read from their end
+  (or a look-back window before it); everything found later, and everything unknown
+  at a restart, is read from its beginning.
+- Bad input. Over-long lines are cut and counted, binary files are skipped with a
+  warning, vanished files are finished and released, unreadable ones are reported once.
 """
 
 from __future__ import annotations
@@ -14,19 +28,23 @@ import hashlib
 import logging
 import os
 import re
-import threading
-import warnings
-from collections.abc import Callable, Iterable
+from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, TypeVar
 
+from ascend_doctor.collectors.inotify import Waker
 from ascend_doctor.core.events import LogChunk
 
 log = logging.getLogger(__name__)
+K = TypeVar("K")
+V = TypeVar("V")
 
-HEAD_BYTES = 256  # identity checksum covers at most this many first bytes
-READ_BYTES = 1 << 20  # at most this much per file per pass, so one flood cannot starve others
+HEAD_BYTES = 256  # the first-bytes checksum covers this many bytes once the file has them
+READ_BYTES = 1 << 20  # at most this much per file per read, so one flood cannot starve others
+SNIFF_BYTES = 8192  # a NUL in the first bytes marks a binary file
+MAX_OPEN = 256  # descriptors kept open; idle files at their end are closed beyond this
+REMEMBERED = 4096  # released files remembered by inode and by first bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +57,18 @@ class Source:
     """``server``, ``plog``, ``device``, ``slog`` or ``host``."""
 
 
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """Where reading of one file stopped."""
+
+    offset: int
+    """Bytes consumed."""
+    head: str
+    """``"<n>:<checksum>"`` of the file's first n bytes."""
+    file_id: str
+    """The generation the offset belongs to."""
+
+
 @dataclass
 class _Tracked:
     path: str
@@ -46,11 +76,13 @@ class _Tracked:
     dev: int
     ino: int
     offset: int
+    file_id: str
     fh: BinaryIO | None = None
     head: str = ""
     head_len: int = -1
     line: int = 0  # lines read so far when the file was read from its start, else 0
     gone: bool = False
+    activity: int = 0  # poll number of the last read
 
 
 @dataclass
@@ -62,8 +94,10 @@ class TailStats:
     lines: int = 0
     rotations: int = 0
     truncations: int = 0
+    copies_continued: int = 0
     checkpoint_resets: int = 0
     lines_cut: int = 0
+    binary_skipped: int = 0
     errors: int = 0
     error_paths: set[str] = field(default_factory=set)
 
@@ -71,12 +105,16 @@ class TailStats:
 class Checkpoints:
     """Where offsets are kept: the store in the daemon, a dict in tests."""
 
-    def get(self, identity: str) -> tuple[int, str] | None:  # pragma: no cover - interface
-        """The saved (offset, head) of an identity."""
+    def get(self, identity: str) -> Checkpoint | None:  # pragma: no cover - interface
+        """The checkpoint of a (device:inode) identity."""
         raise NotImplementedError
 
-    def put(self, items: list[tuple[str, str, int, str]]) -> None:  # pragma: no cover
-        """Save (identity, path, offset, head) checkpoints."""
+    def by_head(self, head: str) -> Checkpoint | None:  # pragma: no cover - interface
+        """A checkpoint of some file whose first bytes have this checksum."""
+        raise NotImplementedError
+
+    def put(self, items: list[tuple[str, str, Checkpoint]]) -> None:  # pragma: no cover
+        """Save (identity, path, checkpoint) triples."""
         raise NotImplementedError
 
 
@@ -91,19 +129,25 @@ class Tailer:
         read_from: str = "end",
         lookback_bytes: int = 0,
         max_line_bytes: int = 262144,
+        first_start: bool = True,
     ) -> None:
         self.sources = list(sources)
         self.checkpoints = checkpoints
         self.read_from = read_from
         self.lookback_bytes = lookback_bytes
         self.max_line_bytes = max_line_bytes
+        self.first_start = first_start
         self.stats = TailStats()
         self._files: dict[str, _Tracked] = {}
+        self._by_inode: OrderedDict[tuple[int, int], _Tracked] = OrderedDict()
+        self._by_head: OrderedDict[str, tuple[int, str]] = OrderedDict()
+        self._binary: set[tuple[int, int]] = set()
         self._first_pass = True
-        self._dirty: list[tuple[str, str, int, str]] = []
+        self._polls = 0
+        self._dirty: dict[str, tuple[str, Checkpoint]] = {}
 
     def add_source(self, source: Source) -> None:
-        """Follow one more source (e.g. a restarted server's new log root)."""
+        """Follow one more source."""
         if source not in self.sources:
             self.sources.append(source)
 
@@ -115,14 +159,10 @@ class Tailer:
         """Directories worth an inotify watch (the nearest existing parent of each glob)."""
         dirs = set()
         for src in self.sources:
-            d = (
-                Path(src.pattern.split("*", 1)[0]).parent
-                if "*" in src.pattern
-                else Path(src.pattern).parent
-            )
-            while not d.exists() and d != d.parent:
-                d = d.parent
-            dirs.add(str(d))
+            d = os.path.dirname(src.pattern.split("*", 1)[0])
+            while d and not os.path.isdir(d) and d != os.path.dirname(d):
+                d = os.path.dirname(d)
+            dirs.add(d or ".")
         # watches are recursive: a directory under another watched one needs no watch of its own
         return {
             d for d in dirs if not any(d != o and d.startswith(o.rstrip("/") + "/") for o in dirs)
@@ -130,93 +170,162 @@ class Tailer:
 
     def poll(self) -> list[LogChunk]:
         """One stat-and-read pass over every source."""
+        self._polls += 1
         chunks: list[LogChunk] = []
         seen: set[str] = set()
         for src in self.sources:
-            for path in sorted(glob.glob(src.pattern)) if _is_glob(src.pattern) else [src.pattern]:
-                seen.add(path)
-                chunks.extend(self._visit(path, src.kind))
+            paths = sorted(glob.glob(src.pattern)) if _is_glob(src.pattern) else [src.pattern]
+            for path in paths:
+                if path not in seen:
+                    seen.add(path)
+                    chunks.extend(self._visit(path, src.kind))
         for path, tracked in list(self._files.items()):
             if path not in seen and not tracked.gone:
                 chunks.extend(self._visit(path, tracked.kind))
         self._first_pass = False
+        self._close_idle()
         self.stats.files = sum(1 for t in self._files.values() if not t.gone)
         return chunks
 
     def commit(self) -> None:
         """Checkpoint what was handed out; call after its findings are stored (at least once)."""
         if self._dirty:
-            self.checkpoints.put(self._dirty)
-            self._dirty = []
+            self.checkpoints.put([(i, p, c) for i, (p, c) in self._dirty.items()])
+            self._dirty = {}
+
+    def close(self) -> None:
+        """Release every open file."""
+        for tracked in self._files.values():
+            _close(tracked)
+
+    # -- one file -------------------------------------------------------------------------------
 
     def _visit(self, path: str, kind: str) -> list[LogChunk]:
+        tracked = self._files.get(path)
         try:
             st = os.stat(path)
         except FileNotFoundError:
-            tracked = self._files.get(path)
-            if tracked and not tracked.gone:
-                return self._drain_gone(tracked)
+            if tracked is not None and not tracked.gone:
+                return self._release(tracked)
             return []
         except OSError as exc:
             self._error(path, f"cannot stat: {exc.strerror}")
             return []
-        tracked = self._files.get(path)
         out: list[LogChunk] = []
-        if tracked is not None and (tracked.dev, tracked.ino) != (st.st_dev, st.st_ino):
-            # rename + create, delete + recreate or a switched symlink: read the old file
-            # to its end through the descriptor still open on it, then release it.
+        if (
+            tracked is not None
+            and not tracked.gone
+            and (tracked.dev, tracked.ino)
+            != (
+                st.st_dev,
+                st.st_ino,
+            )
+        ):
+            # rename + create, delete + recreate or a switched symlink
             self.stats.rotations += 1
-            out = self._drain_gone(tracked)
+            out = self._release(tracked)
             tracked = None
         if tracked is None or tracked.gone:
             tracked = self._start(path, kind, st)
             if tracked is None:
                 return out
         if st.st_size < tracked.offset:
-            self.stats.truncations += 1
-            log.warning(
-                "%s: shrank from %d to %d bytes; reading it again from the start",
-                path,
-                tracked.offset,
-                st.st_size,
-            )
-            tracked.offset = 0
-            tracked.line = 1
-        if st.st_size == tracked.offset:
-            return out
-        return out + self._read(tracked)
+            out += self._truncated(tracked, st)
+        if st.st_size > tracked.offset:
+            out += self._read(tracked)
+        return out
 
     def _start(self, path: str, kind: str, st: os.stat_result) -> _Tracked | None:
+        key = (st.st_dev, st.st_ino)
+        if key in self._binary:
+            return None
         identity = f"{st.st_dev}:{st.st_ino}"
-        saved = self.checkpoints.get(identity)
-        if self._first_pass and self.read_from == "end":
-            offset, line = self._lookback(path, st.st_size), 0
-        else:
-            offset, line = 0, 1
-        if saved is not None:
-            saved_offset, saved_head = saved
-            length = int(saved_head.partition(":")[0] or 0)
-            if _head(path, length) != saved_head:
-                # the inode was reused by another file: the checkpoint is not this file's
-                self.stats.checkpoint_resets += 1
-                log.warning("%s: checkpoint belongs to an older file; discarded", path)
-                offset, line = 0, 1
-            elif saved_offset > st.st_size:
-                self.stats.checkpoint_resets += 1
-                log.warning(
-                    "%s: checkpoint %d is past EOF %d; discarded", path, saved_offset, st.st_size
-                )
-                offset, line = 0, 1
-            else:
-                offset, line = saved_offset, 0
         try:
             fh = open(path, "rb")
+            sniff = fh.read(SNIFF_BYTES)
         except OSError as exc:
             self._error(path, f"cannot open: {exc.strerror}")
             return None
-        tracked = _Tracked(path, kind, st.st_dev, st.st_ino, offset, fh, line=line)
+        if b"\0" in sniff:
+            fh.close()
+            self._binary.add(key)
+            self.stats.binary_skipped += 1
+            log.warning("%s: binary data (NUL bytes); not following it", path)
+            return None
+        head = _checksum(sniff[:HEAD_BYTES])
+        offset, line, file_id = self._position(path, st, identity, key, head)
+        tracked = _Tracked(path, kind, st.st_dev, st.st_ino, offset, file_id, fh, line=line)
+        tracked.activity = self._polls
         self._files[path] = tracked
+        self._remember(tracked)
         return tracked
+
+    def _position(
+        self, path: str, st: os.stat_result, identity: str, key: tuple[int, int], head: str
+    ) -> tuple[int, int, str]:
+        """(offset, first line number or 0, file_id) to start a newly seen path at."""
+        fresh = f"{identity}:{st.st_ctime_ns}"
+        known = self._by_inode.get(key)
+        if known is not None and (
+            known.head_len <= 0 or _head_of(path, known.head_len) == known.head
+        ):
+            # the same inode under another name (a rename rotation the sources also match)
+            return known.offset, 0, known.file_id
+        saved = self.checkpoints.get(identity)
+        if saved is not None:
+            length = int(saved.head.partition(":")[0] or 0)
+            if _head_of(path, length) != saved.head:
+                self.stats.checkpoint_resets += 1
+                log.warning("%s: checkpoint belongs to an older file; reading from the start", path)
+                return 0, 1, fresh
+            if saved.offset > st.st_size:
+                self.stats.checkpoint_resets += 1
+                log.warning(
+                    "%s: checkpoint %d is past the end (%d); the file was truncated: reading"
+                    " from the start",
+                    path,
+                    saved.offset,
+                    st.st_size,
+                )
+                return 0, 1, fresh
+            return saved.offset, 0, saved.file_id
+        if head.startswith(f"{HEAD_BYTES}:"):
+            copy = (
+                self._by_head.get(head)
+                or next(
+                    (
+                        (t.offset, t.file_id)
+                        for t in self._files.values()
+                        if t.head == head and (t.dev, t.ino) != key
+                    ),
+                    None,
+                )
+                or _as_pair(self.checkpoints.by_head(head))
+            )
+            if copy is not None:
+                # a copytruncate copy: continue where the original was, under its file_id
+                self.stats.copies_continued += 1
+                return min(copy[0], st.st_size), 0, copy[1]
+        if self.first_start and self._first_pass and self.read_from == "end":
+            return self._lookback(path, st.st_size), 0, fresh
+        return 0, 1, fresh
+
+    def _truncated(self, tracked: _Tracked, st: os.stat_result) -> list[LogChunk]:
+        """The file shrank (copytruncate or truncation in place): a new generation from 0."""
+        self.stats.truncations += 1
+        log.warning(
+            "%s: shrank from %d to %d bytes; reading it again from the start",
+            tracked.path,
+            tracked.offset,
+            st.st_size,
+        )
+        if tracked.head_len == HEAD_BYTES:
+            self._by_head[tracked.head] = (tracked.offset, tracked.file_id)
+            _bound(self._by_head)
+        tracked.offset, tracked.line = 0, 1
+        tracked.file_id = f"{tracked.dev}:{tracked.ino}:{st.st_ctime_ns}"
+        tracked.head, tracked.head_len = "", -1
+        return []
 
     def _lookback(self, path: str, size: int) -> int:
         """Where "the end" starts: ``lookback_bytes`` before it, at a line boundary."""
@@ -235,41 +344,53 @@ class Tailer:
         return size if newline < 0 else start + newline
 
     def _read(self, tracked: _Tracked) -> list[LogChunk]:
-        assert tracked.fh is not None
+        if tracked.fh is None:
+            try:
+                tracked.fh = open(tracked.path, "rb")
+            except OSError as exc:
+                self._error(tracked.path, f"cannot open: {exc.strerror}")
+                return []
         try:
             tracked.fh.seek(tracked.offset)
             data = tracked.fh.read(READ_BYTES)
         except OSError as exc:
             self._error(tracked.path, f"cannot read: {exc.strerror}")
             return []
+        tracked.activity = self._polls
         return self._emit(tracked, data, final=False)
 
-    def _drain_gone(self, tracked: _Tracked) -> list[LogChunk]:
+    def _release(self, tracked: _Tracked) -> list[LogChunk]:
         """Read a file that was rotated away or deleted to its end, then release it."""
         out: list[LogChunk] = []
-        if tracked.fh is None:
-            return out
-        try:
-            tracked.fh.seek(tracked.offset)
-            while data := tracked.fh.read(READ_BYTES):
-                before = tracked.offset
-                out.extend(self._emit(tracked, data, final=len(data) < READ_BYTES))
-                if tracked.offset == before:
-                    break
-                tracked.fh.seek(tracked.offset)
-        except OSError as exc:
-            self._error(tracked.path, f"cannot finish rotated file: {exc.strerror}")
-        tracked.fh.close()
-        tracked.fh = None
+        if tracked.fh is not None:
+            try:
+                while True:
+                    tracked.fh.seek(tracked.offset)
+                    data = tracked.fh.read(READ_BYTES)
+                    if not data:
+                        break
+                    before = tracked.offset
+                    out.extend(self._emit(tracked, data, final=len(data) < READ_BYTES))
+                    if tracked.offset == before:
+                        break
+            except OSError as exc:
+                self._error(tracked.path, f"cannot finish rotated file: {exc.strerror}")
+        _close(tracked)
         tracked.gone = True
+        self._remember(tracked)
         return out
 
-    def close(self) -> None:
-        """Release every open file."""
-        for tracked in self._files.values():
-            if tracked.fh is not None:
-                tracked.fh.close()
-                tracked.fh = None
+    def _remember(self, tracked: _Tracked) -> None:
+        self._by_inode[(tracked.dev, tracked.ino)] = tracked
+        self._by_inode.move_to_end((tracked.dev, tracked.ino))
+        _bound(self._by_inode)
+
+    def _close_idle(self) -> None:
+        open_files = [t for t in self._files.values() if t.fh is not None]
+        if len(open_files) <= MAX_OPEN:
+            return
+        for tracked in sorted(open_files, key=lambda t: t.activity)[: len(open_files) - MAX_OPEN]:
+            _close(tracked)  # reopened by path when it grows again
 
     def _emit(self, tracked: _Tracked, data: bytes, *, final: bool) -> list[LogChunk]:
         """Hand out the whole lines of ``data`` (read at ``tracked.offset``) and advance."""
@@ -289,7 +410,7 @@ class Tailer:
             offset=tracked.offset,
             data=body,
             first_line=tracked.line,
-            file_id=f"{tracked.dev}:{tracked.ino}",
+            file_id=tracked.file_id,
         )
         lines = body.count(b"\n")
         if tracked.line:
@@ -299,10 +420,13 @@ class Tailer:
         self.stats.lines += lines
         if tracked.head_len < min(HEAD_BYTES, tracked.offset):
             # the checksum covers the first bytes once they exist; a young file grows into it
-            tracked.head = _head(tracked.path, HEAD_BYTES) or tracked.head
+            tracked.head = _head_fd(tracked, HEAD_BYTES) or tracked.head
             tracked.head_len = int(tracked.head.partition(":")[0] or 0)
         identity = f"{tracked.dev}:{tracked.ino}"
-        self._dirty.append((identity, tracked.path, tracked.offset, tracked.head))
+        self._dirty[identity] = (
+            tracked.path,
+            Checkpoint(tracked.offset, tracked.head, tracked.file_id),
+        )
         return [chunk]
 
     def _cut_long_lines(self, body: bytes) -> bytes:
@@ -340,61 +464,43 @@ def _is_glob(pattern: str) -> bool:
     return any(c in pattern for c in "*?[")
 
 
-def _head(path: str, length: int) -> str | None:
-    """``"<n>:<checksum>"`` of the first ``length`` bytes (fewer if the file is shorter)."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read(length)
-    except OSError:
-        return None
+def _checksum(data: bytes) -> str:
     return f"{len(data)}:{hashlib.blake2b(data, digest_size=8).hexdigest()}"
 
 
-class Waker:
-    """Wakes the tailer early when inotify reports a change (watchdog, in its own thread)."""
-
-    def __init__(self, wake: Callable[[], None]) -> None:
-        self._wake = wake
-        self._observer: object | None = None
-        self._lock = threading.Lock()
-
-    def start(self, dirs: Iterable[str]) -> bool:
-        """Watch ``dirs``; False when watchdog or inotify is not available."""
-        try:
-            from watchdog.events import FileSystemEventHandler
-            from watchdog.observers import Observer
-        except ImportError:  # pragma: no cover - watchdog is a dependency
-            return False
-        wake = self._wake
-        # watchdog's recursive inotify watch warns when a directory created under it (a new
-        # device-N/ of CANN) is added twice; the watch still works, the warning is noise.
-        warnings.filterwarnings(
-            "ignore", message="Callback with id", category=RuntimeWarning, module="watchdog"
-        )
-
-        class _Handler(FileSystemEventHandler):
-            def on_any_event(self, event: object) -> None:
-                wake()
-
-        observer = Observer()
-        for d in dirs:
-            if os.path.isdir(d):
-                observer.schedule(_Handler(), d, recursive=True)
-        try:
-            observer.start()
-        except OSError as exc:
-            log.warning("inotify unavailable (%s); relying on the stat pass", exc)
-            return False
-        self._observer = observer
-        return True
-
-    def stop(self) -> None:
-        """Stop watching."""
-        observer = self._observer
-        if observer is not None:
-            observer.stop()  # type: ignore[attr-defined]
-            observer.join(timeout=2)  # type: ignore[attr-defined]
-            self._observer = None
+def _head_of(path: str, length: int) -> str | None:
+    """``"<n>:<checksum>"`` of the first ``length`` bytes (fewer if the file is shorter)."""
+    try:
+        with open(path, "rb") as f:
+            return _checksum(f.read(length))
+    except OSError:
+        return None
 
 
-__all__ = ["Checkpoints", "Source", "TailStats", "Tailer", "Waker", "source_kind"]
+def _head_fd(tracked: _Tracked, length: int) -> str | None:
+    """The first-bytes checksum read through the open descriptor: the path may already
+    name another file (this one was just rotated away)."""
+    if tracked.fh is None:
+        return _head_of(tracked.path, length)
+    try:
+        return _checksum(os.pread(tracked.fh.fileno(), length, 0))
+    except OSError:
+        return None
+
+
+def _as_pair(saved: Checkpoint | None) -> tuple[int, str] | None:
+    return None if saved is None else (saved.offset, saved.file_id)
+
+
+def _close(tracked: _Tracked) -> None:
+    if tracked.fh is not None:
+        tracked.fh.close()
+        tracked.fh = None
+
+
+def _bound(d: OrderedDict[K, V]) -> None:
+    while len(d) > REMEMBERED:
+        d.popitem(last=False)
+
+
+__all__ = ["Checkpoint", "Checkpoints", "Source", "TailStats", "Tailer", "Waker", "source_kind"]

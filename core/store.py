@@ -86,8 +86,10 @@ CREATE TABLE IF NOT EXISTS offsets (
     path TEXT NOT NULL,
     offset INTEGER NOT NULL,
     head TEXT NOT NULL,
+    file_id TEXT NOT NULL,
     updated_at REAL NOT NULL
 );
+CREATE INDEX IF NOT EXISTS offsets_by_head ON offsets (head);
 CREATE TABLE IF NOT EXISTS samples (
     id INTEGER PRIMARY KEY,
     collector TEXT NOT NULL,
@@ -375,23 +377,36 @@ class Store:
 
     # -- tailer offsets ----------------------------------------------------------------------
 
-    def offset(self, identity: str) -> tuple[int, str] | None:
-        """The checkpointed (offset, head checksum) of a file identity."""
+    def offset(self, identity: str) -> tuple[int, str, str] | None:
+        """The checkpointed (offset, head checksum, file_id) of a device:inode identity."""
         row = self._db.execute(
-            "SELECT offset, head FROM offsets WHERE identity = ?", (identity,)
+            "SELECT offset, head, file_id FROM offsets WHERE identity = ?", (identity,)
         ).fetchone()
-        return None if row is None else (int(row[0]), str(row[1]))
+        return None if row is None else (int(row[0]), str(row[1]), str(row[2]))
 
-    def set_offsets(self, items: Sequence[tuple[str, str, int, str]]) -> None:
-        """Checkpoint (identity, path, offset, head) in one transaction."""
+    def offset_by_head(self, head: str) -> tuple[int, str, str] | None:
+        """The newest checkpoint of a file whose first bytes have this checksum."""
+        row = self._db.execute(
+            "SELECT offset, head, file_id FROM offsets WHERE head = ?"
+            " ORDER BY updated_at DESC LIMIT 1",
+            (head,),
+        ).fetchone()
+        return None if row is None else (int(row[0]), str(row[1]), str(row[2]))
+
+    def has_offsets(self) -> bool:
+        """Whether the tailer ever checkpointed anything (not the first start)."""
+        return self._db.execute("SELECT 1 FROM offsets LIMIT 1").fetchone() is not None
+
+    def set_offsets(self, items: Sequence[tuple[str, str, int, str, str]]) -> None:
+        """Checkpoint (identity, path, offset, head, file_id) in one transaction."""
         if not items:
             return
         now = time.time()
         with self._tx() as db:
             db.executemany(
-                "INSERT OR REPLACE INTO offsets (identity, path, offset, head, updated_at)"
-                " VALUES (?, ?, ?, ?, ?)",
-                [(i, p, o, h, now) for i, p, o, h in items],
+                "INSERT OR REPLACE INTO offsets"
+                " (identity, path, offset, head, file_id, updated_at) VALUES (?, ?, ?, ?, ?, ?)",
+                [(*item, now) for item in items],
             )
 
     # -- samples -----------------------------------------------------------------------------

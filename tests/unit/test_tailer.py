@@ -3,25 +3,29 @@
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ascend_doctor.collectors.logs import Checkpoints, Source, Tailer
+from ascend_doctor.collectors.logs import Checkpoint, Checkpoints, Source, Tailer
 
 
 class Mem(Checkpoints):
     def __init__(self) -> None:
-        self.saved: dict[str, tuple[int, str]] = {}
+        self.saved: dict[str, Checkpoint] = {}
 
-    def get(self, identity: str) -> tuple[int, str] | None:
+    def get(self, identity: str) -> Checkpoint | None:
         return self.saved.get(identity)
 
-    def put(self, items: list[tuple[str, str, int, str]]) -> None:
-        for identity, _path, offset, head in items:
-            self.saved[identity] = (offset, head)
+    def by_head(self, head: str) -> Checkpoint | None:
+        return next((c for c in self.saved.values() if c.head == head), None)
+
+    def put(self, items: list[tuple[str, str, Checkpoint]]) -> None:
+        for identity, _path, checkpoint in items:
+            self.saved[identity] = checkpoint
 
 
 @pytest.fixture
@@ -110,7 +114,7 @@ def test_restart_resumes_from_checkpoint(tmp_path: Path, tailer: Any) -> None:
     assert lines(t) == ["seen"]
     with p.open("a") as f:
         f.write("written while the doctor was down\n")
-    t2 = tailer([Source(str(p), "server")], mem)
+    t2 = tailer([Source(str(p), "server")], mem, first_start=False)
     assert lines(t2) == ["written while the doctor was down"]
 
 
@@ -150,9 +154,10 @@ def test_checkpoint_of_a_reused_inode_is_discarded(tmp_path: Path, tailer: Any) 
         f.write("old file line\n")
     assert lines(t) == ["old file line"]
     (identity,) = mem.saved
-    offset, head = mem.saved[identity]
-    mem.saved[identity] = (offset, head.split(":")[0] + ":0000000000000000")  # another file's
-    t2 = tailer([Source(str(p), "server")], mem)
+    saved = mem.saved[identity]
+    other = saved.head.split(":")[0] + ":0000000000000000"  # another file's first bytes
+    mem.saved[identity] = Checkpoint(saved.offset, other, saved.file_id)
+    t2 = tailer([Source(str(p), "server")], mem, first_start=False)
     assert lines(t2) == ["old file line"]
     assert t2.stats.checkpoint_resets == 1
 
@@ -162,3 +167,133 @@ def test_lookback_reads_whole_lines_before_the_end(tmp_path: Path, tailer: Any) 
     p.write_text("old line one\nold line two\nrecent\n")
     t = tailer([Source(str(p), "server")], Mem(), lookback_bytes=10)
     assert lines(t) == ["recent"]
+
+
+def chunks_of(t: Tailer) -> list[tuple[str, int, str]]:
+    out = []
+    for c in t.poll():
+        for i, line in enumerate(c.data.decode("utf-8", "replace").splitlines()):
+            out.append((c.file_id, i, line))
+    t.commit()
+    return out
+
+
+HEADER = "2026-12-02 12:00:00 server starting, this header makes the first 256 bytes unique " * 4
+
+
+def test_copytruncate_reads_the_unread_tail_from_the_copy_once(tmp_path: Path, tailer: Any) -> None:
+    p = tmp_path / "app.log"
+    p.write_text(HEADER + "\n")
+    t = tailer([Source(str(tmp_path / "app.log*"), "server")], Mem())
+    lines(t)
+    with p.open("a") as f:
+        f.write("one\n")
+    assert lines(t) == ["one"]
+    with p.open("a") as f:
+        f.write("two\nthree\n")  # not read yet when logrotate copies and truncates
+    shutil.copyfile(p, tmp_path / "app.log.1")
+    os.truncate(p, 0)
+    with p.open("a") as f:
+        f.write("four\n")
+    assert sorted(lines(t)) == ["four", "three", "two"]
+    assert t.stats.copies_continued == 1 and t.stats.truncations == 1
+    assert lines(t) == []
+
+
+def test_copytruncate_copy_seen_before_the_truncation(tmp_path: Path, tailer: Any) -> None:
+    p = tmp_path / "app.log"
+    p.write_text(HEADER + "\n")
+    t = tailer([Source(str(tmp_path / "app.log*"), "server")], Mem())
+    lines(t)
+    with p.open("a") as f:
+        f.write("two\n")
+    shutil.copyfile(p, tmp_path / "app.log.1")
+    # the copy and the not-yet-truncated original both hold "two": it is read once
+    assert [line for _, _, line in chunks_of(t)] == ["two"]
+    os.truncate(p, 0)
+    with p.open("a") as f:
+        f.write("three\n")
+    assert lines(t) == ["three"]
+
+
+def test_rename_into_a_followed_name_is_not_read_twice(tmp_path: Path, tailer: Any) -> None:
+    p = tmp_path / "app.log"
+    p.write_text("")
+    t = tailer([Source(str(tmp_path / "app.log*"), "server")], Mem())
+    lines(t)
+    with p.open("a") as f:
+        f.write("a\nb\n")
+    os.rename(p, tmp_path / "app.log.1")
+    p.write_text("c\n")
+    assert lines(t) == ["a", "b", "c"]
+    with (tmp_path / "app.log.1").open("a") as f:
+        f.write("late line of the rotated file\n")
+    assert lines(t) == ["late line of the rotated file"]
+
+
+def test_delete_and_recreate(tmp_path: Path, tailer: Any) -> None:
+    p = tmp_path / "s.log"
+    p.write_text("")
+    t = tailer([Source(str(p), "server")], Mem())
+    lines(t)
+    with p.open("a") as f:
+        f.write("before delete\n")
+    p.unlink()
+    p.write_text("after recreate\n")
+    assert lines(t) == ["before delete", "after recreate"]
+
+
+def test_symlink_switched_to_a_new_target(tmp_path: Path, tailer: Any) -> None:
+    a, b, link = tmp_path / "a.log", tmp_path / "b.log", tmp_path / "current.log"
+    a.write_text("")
+    b.write_text("")
+    link.symlink_to(a)
+    t = tailer([Source(str(link), "server")], Mem())
+    lines(t)
+    with a.open("a") as f:
+        f.write("from a\n")
+    link.unlink()
+    link.symlink_to(b)
+    with b.open("a") as f:
+        f.write("from b\n")
+    assert lines(t) == ["from a", "from b"]
+
+
+def test_unknown_files_at_a_restart_are_read_from_the_start(tmp_path: Path, tailer: Any) -> None:
+    p = tmp_path / "new.log"
+    p.write_text("written while the doctor was down\n")
+    t = tailer([Source(str(tmp_path / "*.log"), "server")], Mem(), first_start=False)
+    assert lines(t) == ["written while the doctor was down"]
+
+
+def test_binary_files_are_skipped(tmp_path: Path, tailer: Any) -> None:
+    (tmp_path / "core.log").write_bytes(b"ELF\0\0\0binary")
+    (tmp_path / "ok.log").write_text("fine\n")
+    t = tailer([Source(str(tmp_path / "*.log"), "server")], Mem(), read_from="beginning")
+    assert lines(t) == ["fine"]
+    assert t.stats.binary_skipped == 1
+    assert lines(t) == []  # not retried
+    assert t.stats.binary_skipped == 1
+
+
+def test_invalid_utf8_passes_through(tmp_path: Path, tailer: Any) -> None:
+    p = tmp_path / "s.log"
+    p.write_text("")
+    t = tailer([Source(str(p), "server")], Mem())
+    lines(t)
+    with p.open("ab") as f:
+        f.write(b"bad \xff\xfe bytes\nnext\n")
+    (chunk,) = t.poll()
+    assert chunk.data == b"bad \xff\xfe bytes\nnext\n"
+
+
+def test_vanished_file_is_finished_and_released(tmp_path: Path, tailer: Any) -> None:
+    p = tmp_path / "s.log"
+    p.write_text("")
+    t = tailer([Source(str(tmp_path / "*.log"), "server")], Mem())
+    lines(t)
+    with p.open("a") as f:
+        f.write("last words\n")
+    p.unlink()
+    assert lines(t) == ["last words"]
+    assert t.paths() == []
