@@ -36,6 +36,7 @@ from ascend_doctor.rules import Engine, RuleSet
 
 log = logging.getLogger(__name__)
 
+TAILER_STARTED = "tailer.first_started_at"
 DECIDE_DELAY = 1.0  # seconds a finding waits for the server's exit to be seen with it
 EXIT_GRACE = 15.0  # seconds a dying server (engine-death line seen) gets to exit on its own
 
@@ -94,7 +95,9 @@ class Daemon:
             _StoreCheckpoints(self.store),
             read_from=config.logs.read_from,
             lookback_bytes=config.logs.lookback_bytes,
-            first_start=not self.store.has_offsets(),
+            # read_from=end is for the doctor's very first start only; after that, a file
+            # nobody has seen was written while the doctor was away and is read whole
+            first_start=self.store.meta(TAILER_STARTED) is None,
             max_line_bytes=config.logs.max_line_bytes,
         )
         self._wake = asyncio.Event()
@@ -181,8 +184,11 @@ class Daemon:
             "doctor",
             {"pid": os.getpid(), "started_at": time.time(), "mode": self.config.remediation.mode},
         )
-        self.tailer.poll()  # establish start positions before the server writes anything
-        self.tailer.commit()
+        # Take start positions before the server writes anything, and read what a restarted
+        # doctor missed while it was away (never drop what this first pass reads).
+        self._drain()
+        if self.store.meta(TAILER_STARTED) is None:
+            self.store.set_meta(TAILER_STARTED, time.time())
         tasks = [
             asyncio.create_task(self._tail_loop(), name="tail"),
             asyncio.create_task(self._decide_loop(), name="decide"),

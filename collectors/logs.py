@@ -43,6 +43,7 @@ V = TypeVar("V")
 HEAD_BYTES = 256  # the first-bytes checksum covers this many bytes once the file has them
 READ_BYTES = 1 << 20  # at most this much per file per read, so one flood cannot starve others
 SNIFF_BYTES = 8192  # a NUL in the first bytes marks a binary file
+FIRST_LINE_BYTES = 4096  # a generation is named after (at most) this much of its first line
 MAX_OPEN = 256  # descriptors kept open; idle files at their end are closed beyond this
 REMEMBERED = 4096  # released files remembered by inode and by first bytes
 
@@ -156,13 +157,16 @@ class Tailer:
         return [p for p, t in self._files.items() if not t.gone]
 
     def watch_dirs(self) -> set[str]:
-        """Directories worth an inotify watch (the nearest existing parent of each glob)."""
+        """Directories worth an inotify watch: the fixed part of each glob, when it exists.
+
+        Never a parent further up: a recursive watch of a home directory would flood the
+        inotify queue. A directory that appears later is found by the stat pass."""
         dirs = set()
         for src in self.sources:
-            d = os.path.dirname(src.pattern.split("*", 1)[0])
-            while d and not os.path.isdir(d) and d != os.path.dirname(d):
-                d = os.path.dirname(d)
-            dirs.add(d or ".")
+            fixed = re.split(r"[*?\[]", src.pattern, maxsplit=1)[0]
+            d = fixed if fixed.endswith("/") else os.path.dirname(fixed)
+            if d and os.path.isdir(d):
+                dirs.add(os.path.normpath(d))
         # watches are recursive: a directory under another watched one needs no watch of its own
         return {
             d for d in dirs if not any(d != o and d.startswith(o.rstrip("/") + "/") for o in dirs)
@@ -229,7 +233,12 @@ class Tailer:
             tracked = self._start(path, kind, st)
             if tracked is None:
                 return out
-        if st.st_size < tracked.offset:
+        if st.st_size < tracked.offset or (
+            st.st_size > tracked.offset
+            and tracked.head_len > 0
+            and _head_fd(tracked, tracked.head_len) != tracked.head
+        ):
+            # shrank, or was truncated and grew past the old offset between two looks
             out += self._truncated(tracked, st)
         if st.st_size > tracked.offset:
             out += self._read(tracked)
@@ -255,6 +264,11 @@ class Tailer:
         head = _checksum(sniff[:HEAD_BYTES])
         offset, line, file_id = self._position(path, st, identity, key, head)
         tracked = _Tracked(path, kind, st.st_dev, st.st_ino, offset, file_id, fh, line=line)
+        # name and fingerprint the file from the bytes read now, never from a later read
+        # that may already see a truncated and rewritten file
+        tracked.head, tracked.head_len = head, len(sniff[:HEAD_BYTES])
+        if not tracked.file_id and b"\n" in sniff:
+            tracked.file_id = _generation_of(tracked, sniff)
         tracked.activity = self._polls
         self._files[path] = tracked
         self._remember(tracked)
@@ -264,7 +278,7 @@ class Tailer:
         self, path: str, st: os.stat_result, identity: str, key: tuple[int, int], head: str
     ) -> tuple[int, int, str]:
         """(offset, first line number or 0, file_id) to start a newly seen path at."""
-        fresh = f"{identity}:{st.st_ctime_ns}"
+        fresh = ""  # named after its first line at the first read (see _generation)
         known = self._by_inode.get(key)
         if known is not None and (
             known.head_len <= 0 or _head_of(path, known.head_len) == known.head
@@ -290,16 +304,13 @@ class Tailer:
                 return 0, 1, fresh
             return saved.offset, 0, saved.file_id
         if head.startswith(f"{HEAD_BYTES}:"):
+            name = os.path.basename(path)
+            same = [t for t in self._files.values() if t.head == head and (t.dev, t.ino) != key]
+            # logrotate names a copy after its original (app.log -> app.log.1): prefer that one
+            same.sort(key=lambda t: not name.startswith(os.path.basename(t.path)))
             copy = (
                 self._by_head.get(head)
-                or next(
-                    (
-                        (t.offset, t.file_id)
-                        for t in self._files.values()
-                        if t.head == head and (t.dev, t.ino) != key
-                    ),
-                    None,
-                )
+                or ((same[0].offset, same[0].file_id) if same else None)
                 or _as_pair(self.checkpoints.by_head(head))
             )
             if copy is not None:
@@ -314,7 +325,8 @@ class Tailer:
         """The file shrank (copytruncate or truncation in place): a new generation from 0."""
         self.stats.truncations += 1
         log.warning(
-            "%s: shrank from %d to %d bytes; reading it again from the start",
+            "%s: truncated (read %d bytes; now %d bytes, other first bytes): reading it again"
+            " from the start",
             tracked.path,
             tracked.offset,
             st.st_size,
@@ -323,7 +335,7 @@ class Tailer:
             self._by_head[tracked.head] = (tracked.offset, tracked.file_id)
             _bound(self._by_head)
         tracked.offset, tracked.line = 0, 1
-        tracked.file_id = f"{tracked.dev}:{tracked.ino}:{st.st_ctime_ns}"
+        tracked.file_id = ""  # the new generation is named after its first line
         tracked.head, tracked.head_len = "", -1
         return []
 
@@ -357,6 +369,14 @@ class Tailer:
             self._error(tracked.path, f"cannot read: {exc.strerror}")
             return []
         tracked.activity = self._polls
+        if tracked.head_len > 0 and _head_fd(tracked, tracked.head_len) != tracked.head:
+            # truncated and rewritten while we read: these bytes may be the new generation's
+            # (they are read again from its start) or the old one's (they are in its copy)
+            try:
+                st = os.fstat(tracked.fh.fileno())
+            except OSError:
+                return []
+            return self._truncated(tracked, st)
         return self._emit(tracked, data, final=False)
 
     def _release(self, tracked: _Tracked) -> list[LogChunk]:
@@ -364,6 +384,10 @@ class Tailer:
         out: list[LogChunk] = []
         if tracked.fh is not None:
             try:
+                if tracked.head_len > 0 and _head_fd(tracked, tracked.head_len) != tracked.head:
+                    # it was also truncated and rewritten before it went: finish the new
+                    # generation from its start (the old one's tail is in its copy)
+                    self._truncated(tracked, os.fstat(tracked.fh.fileno()))
                 while True:
                     tracked.fh.seek(tracked.offset)
                     data = tracked.fh.read(READ_BYTES)
@@ -404,6 +428,9 @@ class Tailer:
             body, consumed = data + b"\n", len(data)  # over-long: cut below
         if len(body) > self.max_line_bytes:
             body = self._cut_long_lines(body)
+        start = tracked.offset
+        if not tracked.file_id:
+            tracked.file_id = _generation_of(tracked, data) if start == 0 else _generation(tracked)
         chunk = LogChunk(
             path=tracked.path,
             source=tracked.kind,
@@ -420,7 +447,10 @@ class Tailer:
         self.stats.lines += lines
         if tracked.head_len < min(HEAD_BYTES, tracked.offset):
             # the checksum covers the first bytes once they exist; a young file grows into it
-            tracked.head = _head_fd(tracked, HEAD_BYTES) or tracked.head
+            if start == 0:
+                tracked.head = _checksum(data[:HEAD_BYTES])
+            else:
+                tracked.head = _head_fd(tracked, HEAD_BYTES) or tracked.head
             tracked.head_len = int(tracked.head.partition(":")[0] or 0)
         identity = f"{tracked.dev}:{tracked.ino}"
         self._dirty[identity] = (
@@ -486,6 +516,36 @@ def _head_fd(tracked: _Tracked, length: int) -> str | None:
         return _checksum(os.pread(tracked.fh.fileno(), length, 0))
     except OSError:
         return None
+
+
+def _generation(tracked: _Tracked) -> str:
+    """A generation is named after its first line: the same content gets the same name in
+    every run of the doctor and in every copy (copytruncate), so its lines are deduplicated
+    even when a checkpoint or the copy's origin was lost; a truncated and rewritten file
+    starts with another (timestamped) first line, hence another name."""
+    first = b""
+    try:
+        if tracked.fh is not None:
+            first = os.pread(tracked.fh.fileno(), FIRST_LINE_BYTES, 0)
+        else:
+            with open(tracked.path, "rb") as f:
+                first = f.read(FIRST_LINE_BYTES)
+    except OSError:
+        pass
+    end = first.find(b"\n")
+    first = first if end < 0 else first[:end]
+    return _name(first)
+
+
+def _name(first_line: bytes) -> str:
+    return f"L{len(first_line)}:{hashlib.blake2b(first_line, digest_size=10).hexdigest()}"
+
+
+def _generation_of(tracked: _Tracked, start_of_file: bytes) -> str:
+    """``_generation`` from bytes already read from offset 0."""
+    end = start_of_file.find(b"\n", 0, FIRST_LINE_BYTES)
+    first = start_of_file[: end if end >= 0 else FIRST_LINE_BYTES]
+    return _name(first)
 
 
 def _as_pair(saved: Checkpoint | None) -> tuple[int, str] | None:
