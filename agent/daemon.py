@@ -135,6 +135,7 @@ class Daemon:
                 sleep=asyncio.sleep,
                 clock=time.time,
                 own_pids=self._own_pids,
+                supervised=spec is not None,
                 diagnostics_dir=state_dir / "diagnostics",
                 log_paths=lambda: [t for t in self.tailer.paths()],
             ),
@@ -144,8 +145,9 @@ class Daemon:
     # -- wiring --------------------------------------------------------------------------------
 
     def effective_spec(self) -> LaunchSpec:
-        """The base launch spec with every stored override applied."""
-        assert self.base_spec is not None
+        """The base launch spec with every stored override applied (empty when observing)."""
+        if self.base_spec is None:
+            return LaunchSpec(())
         return self.base_spec.apply(self.store.overrides())
 
     def _server_env(self) -> dict[str, str]:

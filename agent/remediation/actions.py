@@ -59,6 +59,8 @@ class Context:
     """Wall clock."""
     own_pids: set[int] = field(default_factory=set)
     """PIDs this server has had (not foreign holders of a device)."""
+    supervised: bool = True
+    """False when the doctor only observes: it cannot change or restart the server."""
     diagnostics_dir: Path | None = None
     """Where collect_diagnostics writes its snapshots (None: do not write)."""
     log_paths: Callable[[], list[str]] = field(default_factory=lambda: list)
@@ -323,6 +325,20 @@ async def reset_device(ctx: Context, inc: Incident, params: dict[str, Any], ev: 
     )
 
 
+ACTS_ON_SERVER = frozenset(
+    {
+        "lower_max_model_len",
+        "lower_gpu_memory_utilization",
+        "lower_max_num_seqs",
+        "set_env",
+        "restart",
+        "reset_device",
+        "enforce_eager",
+        "raise_hccl_timeout",
+    }
+)
+"""Actions that change, stop or restart the server: only for a supervised server."""
+
 ACTIONS: dict[str, Action] = {
     "lower_max_model_len": lower_max_model_len,
     "lower_gpu_memory_utilization": lower_gpu_memory_utilization,
@@ -336,4 +352,4 @@ ACTIONS: dict[str, Action] = {
 }
 """Every action by name; rules name these."""
 
-__all__ = ["ACTIONS", "Context", "Done", "Evidence"]
+__all__ = ["ACTIONS", "ACTS_ON_SERVER", "Context", "Done", "Evidence"]

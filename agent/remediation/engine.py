@@ -11,7 +11,13 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from ascend_doctor.agent.remediation.actions import ACTIONS, Context, Done, Evidence
+from ascend_doctor.agent.remediation.actions import (
+    ACTIONS,
+    ACTS_ON_SERVER,
+    Context,
+    Done,
+    Evidence,
+)
 from ascend_doctor.core.events import (
     ActionResult,
     Incident,
@@ -83,6 +89,15 @@ class Remediator:
         if action is None:
             done = Done(Outcome.REFUSED, f"unknown action {planned.name!r}")
             self._record(inc, planned.name, done.outcome, done.reason, planned.params)
+            return done
+        if planned.name in ACTS_ON_SERVER and not self.ctx.supervised:
+            # observing only: the operator (or whatever runs the server) has to do it
+            done = Done(
+                Outcome.SUGGESTED,
+                f"no supervised server: {planned.name} is left to the operator",
+                dict(planned.params),
+            )
+            self._record(inc, planned.name, done.outcome, done.reason, done.params)
             return done
         if planned.name == "reset_device" and (
             self.ctx.config.dry_run or self.ctx.config.mode != "auto"

@@ -264,3 +264,18 @@ async def test_a_reused_path_is_not_a_duplicate(tmp_path: Path) -> None:
     w.incidents.ingest([old])  # delivered again: dropped
     w.incidents.ingest([new])
     assert len(w.store.findings()) == 2
+
+
+async def test_observing_only_suggests_what_would_change_the_server(tmp_path: Path) -> None:
+    w = World(tmp_path, ())
+    w.ctx.supervised = False
+    (inc_id,) = w.incidents.ingest([w.finding("torch-npu-oom", {}, 10)])
+    result = await w.remediator.remediate(inc_id)
+    assert not result.restart
+    outcomes = [(a.name, a.outcome.value) for a in w.store.actions(inc_id)]
+    assert outcomes == [
+        ("set_env", "suggested"),
+        ("lower_gpu_memory_utilization", "suggested"),
+        ("restart", "suggested"),
+    ]
+    assert w.store.overrides() == []
