@@ -14,8 +14,6 @@ from ascend_doctor.core.events import LogChunk
 from ascend_doctor.rules import Engine, RuleSet, load_rules
 from ascend_doctor.rules.matcher import hyperscan_error
 
-BLOCK = 4 << 20
-
 
 def _load(dirs: tuple[Path, ...]) -> RuleSet:
     try:
@@ -94,7 +92,7 @@ def scan(
     files: tuple[str, ...], as_json: bool, source: str | None, rule_dirs: tuple[Path, ...]
 ) -> None:
     """Scan FILES (- for stdin) offline and print every finding."""
-    from ascend_doctor.collectors.logs import source_kind
+    from ascend_doctor.collectors.logs import read_chunks, source_kind
 
     engine = Engine(_load(rule_dirs), clock=lambda: 0.0)
     found = 0
@@ -106,31 +104,12 @@ def scan(
             continue
         kind = source or ("server" if name == "-" else source_kind(name))
         with stream:
-            for finding in _scan_stream(engine, stream, name, kind):
-                found += 1
-                _print_finding(finding, as_json)
+            for chunk in read_chunks(stream, name, kind):
+                for finding in engine.scan(chunk):
+                    found += 1
+                    _print_finding(finding, as_json)
     if not as_json:
         click.echo(f"{found} findings", err=True)
-
-
-def _scan_stream(engine: Engine, stream: Any, name: str, kind: str) -> Any:
-    pending, offset, line = b"", 0, 1
-    while True:
-        block = stream.read(BLOCK)
-        data = pending + block
-        if not data:
-            return
-        cut = data.rfind(b"\n") + 1 if block else len(data)
-        if cut == 0:
-            pending = data
-            continue
-        body = data[:cut] if data[:cut].endswith(b"\n") else data[:cut] + b"\n"
-        yield from engine.scan(LogChunk(name, kind, offset, body, first_line=line))
-        line += body.count(b"\n")
-        offset += cut
-        pending = data[cut:]
-        if not block:
-            return
 
 
 def _print_finding(f: Any, as_json: bool) -> None:

@@ -16,11 +16,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
-from ascend_doctor.collectors.logs import source_kind
-from ascend_doctor.core.events import Finding, LogChunk, Role
+from ascend_doctor.collectors.logs import read_chunks, source_kind
+from ascend_doctor.core.events import Finding, Role
 from ascend_doctor.rules import Engine, RuleSet
 
-BLOCK = 4 << 20  # bytes read per chunk, cut at the last newline
 SNIFF = 8192
 
 _PLOG_TS = re.compile(rb"(\d{4})-(\d\d)-(\d\d)-(\d\d):(\d\d):(\d\d)\.(\d{3})")
@@ -131,29 +130,13 @@ def _scan(
     result: Diagnosis,
     progress: Callable[[int], None] | None,
 ) -> None:
-    pending, offset, line = head, 0, 1
-    while True:
-        block = f.read(BLOCK)
-        data = pending + block
-        if not data:
-            return
-        cut = data.rfind(b"\n") + 1 if block else len(data)
-        if cut == 0:
-            pending = data
-            continue
-        body = data[:cut] if data[:cut].endswith(b"\n") else data[:cut] + b"\n"
-        for finding in engine.scan(LogChunk(label, kind, offset, body, first_line=line)):
+    for chunk in read_chunks(f, label, kind, already_read=head):
+        for finding in engine.scan(chunk):
             text = finding.evidence[0].text.encode() if finding.evidence else b""
             result.hits.append(_Hit(finding, (index, finding.offset), _timestamp(text)))
-        lines = body.count(b"\n")
-        result.lines_read += lines
-        line += lines
-        offset += cut
-        pending = data[cut:]
+        result.lines_read += chunk.data.count(b"\n")
         if progress is not None:
-            progress(cut)
-        if not block and not pending:
-            return
+            progress(len(chunk.data))
 
 
 def _timestamp(text: bytes) -> datetime | None:

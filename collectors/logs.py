@@ -29,9 +29,9 @@ import logging
 import os
 import re
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import BinaryIO, TypeVar
+from typing import IO, BinaryIO, TypeVar
 
 from ascend_doctor.collectors.inotify import Waker
 from ascend_doctor.core.events import LogChunk
@@ -475,6 +475,28 @@ class Tailer:
             log.warning("%s: %s; skipping it", path, why)
 
 
+def read_chunks(
+    stream: IO[bytes], path: str, kind: str, *, already_read: bytes = b"", block: int = 4 << 20
+) -> Iterator[LogChunk]:
+    """Whole-line chunks of a whole stream (offline scans); the last line may lack a newline.
+    ``already_read`` is what the caller read from the stream first (e.g. to sniff it)."""
+    pending, offset, line = already_read, 0, 1
+    while True:
+        data = stream.read(block)
+        buf = pending + data
+        if not buf:
+            return
+        cut = buf.rfind(b"\n") + 1 if data else len(buf)
+        if cut == 0:
+            pending = buf
+            continue
+        body = buf[:cut] if buf[:cut].endswith(b"\n") else buf[:cut] + b"\n"
+        yield LogChunk(path, kind, offset, body, first_line=line)
+        line += body.count(b"\n")
+        offset += cut
+        pending = buf[cut:]
+
+
 def source_kind(path: str) -> str:
     """The stream kind of a log file, from where CANN, the driver and the host put it."""
     p = path.replace("\\", "/").lower()
@@ -563,4 +585,13 @@ def _bound(d: OrderedDict[K, V]) -> None:
         d.popitem(last=False)
 
 
-__all__ = ["Checkpoint", "Checkpoints", "Source", "TailStats", "Tailer", "Waker", "source_kind"]
+__all__ = [
+    "Checkpoint",
+    "Checkpoints",
+    "Source",
+    "TailStats",
+    "Tailer",
+    "Waker",
+    "read_chunks",
+    "source_kind",
+]
