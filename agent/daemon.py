@@ -177,7 +177,8 @@ class Daemon:
             loop.call_soon_threadsafe(self._wake.set)
 
         waker = Waker(wake)
-        waker.start(self.tailer.watch_dirs())
+        if self.config.logs.inotify:
+            waker.start(self.tailer.watch_dirs())
         if self.base_spec is not None:
             self.store.set_meta(
                 "launch", {"argv": list(self.base_spec.argv), "env": dict(self.base_spec.env)}

@@ -62,6 +62,8 @@ class LogsConfig:
     """Follow the CANN plog/device logs under the server's ASCEND_PROCESS_LOG_PATH."""
     poll_interval: float = 0.25
     """Seconds between stat passes (inotify, when present, wakes the tailer sooner)."""
+    inotify: bool = True
+    """Use inotify to wake the tailer; off for filesystems without it (NFS): stat pass only."""
     read_from: str = "end"
     """Where files seen at first start are read from: ``end`` or ``beginning``."""
     lookback_bytes: int = 0

@@ -297,3 +297,18 @@ def test_vanished_file_is_finished_and_released(tmp_path: Path, tailer: Any) -> 
     p.unlink()
     assert lines(t) == ["last words"]
     assert t.paths() == []
+
+
+def test_unopenable_file_is_reported_with_path_and_reason(
+    tmp_path: Path, tailer: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # EACCES cannot be produced for root (CI runs as root): a directory named like a log
+    # takes the same path through the tailer (open fails with an OS error and its reason)
+    (tmp_path / "ok.log").write_text("fine\n")
+    (tmp_path / "weird.log").mkdir()
+    t = tailer([Source(str(tmp_path / "*.log"), "host")], Mem(), read_from="beginning")
+    assert lines(t) == ["fine"]
+    assert lines(t) == []
+    assert t.stats.errors == 2  # tried again each pass, reported once
+    reports = [r.getMessage() for r in caplog.records if "weird.log" in r.getMessage()]
+    assert reports == [f"{tmp_path / 'weird.log'}: cannot open: Is a directory; skipping it"]
