@@ -17,140 +17,32 @@ otherwise). Exit status 0 when every goal is met, else 1.
 from __future__ import annotations
 
 import argparse
-import re
-import shutil
-import signal
-import sqlite3
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
-from types import FrameType
-from typing import Any, BinaryIO
 
 import psutil
+from common import (
+    ERROR,
+    benign_pool,
+    catch_signals,
+    finding_id,
+    read_findings,
+    run_in_tmp,
+    self_check,
+    start_doctor,
+    stop_doctor,
+    tail,
+    wait_ready,
+)
 
-from ascend_doctor.core.errors import StoreError
-from ascend_doctor.core.events import LogChunk
-from ascend_doctor.core.store import Store
-from ascend_doctor.rules import Engine, load_rules
-
-# Only the tailer and the rules run: no collectors, no CANN log roots (without a server
-# they default to $HOME/ascend/log: not this benchmark's files), and no remediation (with
-# no server to act on, an OOM plan fails in set_env; "off" records one refusal instead).
-CONFIG = """\
-[collectors.npu_smi]
-enabled = false
-[collectors.vllm]
-enabled = false
-[logs]
-poll_interval = 0.25
-cann = false
-[remediation]
-mode = "off"
-"""
-ERROR = "[rank0]: RuntimeError: NPU out of memory. Tried to allocate 1024.00 MiB id={id}\n"
-PROBE = "[rank0]: RuntimeError: NPU out of memory. Tried to allocate 1024.00 MiB probe={id}\n"
-BENIGN = [
-    "(APIServer pid=728) INFO 09-08 02:{m:02d}:{s:02d} [loggers.py:123] Engine 000: Avg prompt"
-    " throughput: 1523.4 tokens/s, Avg generation throughput: 812.0 tokens/s, Running: 12 reqs,"
-    " Waiting: 0 reqs, GPU KV cache usage: 41.2%, Prefix cache hit rate: 63.0%\n",
-    '(APIServer pid=728) INFO:     127.0.0.1:{n} - "POST /v1/completions HTTP/1.1" 200 OK\n',
-    "(EngineCore_DP0 pid=276) INFO 09-08 02:{m:02d}:{s:02d} [core.py:{n}] Scheduler step"
-    " finished in 23.1 ms, batch size 12\n",
-]
-ID = re.compile(r"\bid=(\d+)")
 TICK = 0.1  # seconds between write batches
 MIB = 1 << 20
 
 
-def benign_pool(count: int = 4096) -> list[bytes]:
-    """Varied benign lines, to be written round-robin."""
-    return [
-        BENIGN[i % len(BENIGN)].format(m=(i // 60) % 60, s=i % 60, n=10_000 + i).encode()
-        for i in range(count)
-    ]
-
-
-def self_check(pool: list[bytes]) -> None:
-    """The error line gives exactly one finding and the benign lines none (builtin pack)."""
-    engine = Engine(load_rules(), clock=lambda: 0.0)
-    for text, want in ((ERROR.format(id=1).encode(), 1), (b"".join(pool), 0)):
-        got = len(engine.scan(LogChunk("/bench/server.log", "server", 0, text)))
-        if got != want:
-            sys.exit(f"self-check: expected {want} finding(s), got {got}: {text[:80]!r}")
-
-
-def start_doctor(
-    tmp: Path, state: Path, globs: list[str], err: BinaryIO
-) -> subprocess.Popen[bytes]:
-    cfg = tmp / "doctor.toml"
-    cfg.write_text(CONFIG)
-    cmd = [sys.executable, "-m", "ascend_doctor", "watch", "--config", str(cfg)]
-    cmd += ["--state-dir", str(state)]
-    for g in globs:
-        cmd += ["--log", g]
-    # its own session: a Ctrl-C reaches only this script, which then stops it with SIGTERM
-    return subprocess.Popen(
-        cmd, stdin=subprocess.DEVNULL, stdout=err, stderr=err, start_new_session=True
-    )
-
-
-def stop_doctor(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def read_findings(state: Path) -> list[dict[str, Any]] | None:
-    """Stored findings; None while the store is being created or is busy."""
-    try:
-        store = Store.in_dir(state, readonly=True)
-    except StoreError:
-        return None
-    try:
-        return store.findings()
-    except sqlite3.Error:
-        return None
-    finally:
-        store.close()
-
-
-def wait_ready(
-    probe: Path, state: Path, proc: subprocess.Popen[bytes], timeout: float = 60.0
-) -> float:
-    """Append probe lines until one is stored: the doctor is past its first pass."""
-    t0 = time.monotonic()
-    n = 0
-    with probe.open("ab", buffering=0) as f:
-        while time.monotonic() - t0 < timeout:
-            if proc.poll() is not None:
-                raise RuntimeError(f"the doctor exited with status {proc.returncode}")
-            f.write(PROBE.format(id=n).encode())
-            n += 1
-            time.sleep(0.2)
-            if any("probe=" in x["evidence"][0]["text"] for x in read_findings(state) or []):
-                return time.monotonic() - t0
-    raise RuntimeError(f"the doctor stored no probe finding within {timeout:g}s")
-
-
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
-
-
-def tail(path: Path, lines: int = 20) -> str:
-    text = path.read_text(errors="replace").splitlines()
-    return "\n".join(text[-lines:])
-
-
 def run(args: argparse.Namespace, tmp: Path) -> bool:
     pool = benign_pool()
-    self_check(pool)
+    self_check(b"".join(pool))
     logs = tmp / "logs"
     logs.mkdir()
     paths = [logs / f"server-{i:02d}.log" for i in range(args.files)]
@@ -215,7 +107,7 @@ def run(args: argparse.Namespace, tmp: Path) -> bool:
             for f in files:
                 f.close()
             stop_doctor(doctor)
-    found = {int(m.group(1)) for x in findings if (m := ID.search(x["evidence"][0]["text"]))}
+    found = {i for x in findings if (i := finding_id(x)) is not None}
     missing = sorted(set(range(errors_written)) - found)
     rss_max, rss_mean = max(rss) / MIB, sum(rss) / len(rss) / MIB
     print(f"written: {lines:,} lines in {wall:.1f}s ({lines / wall:,.0f} lines/s)")
@@ -252,22 +144,8 @@ def main() -> None:
     ap.add_argument("--goal-cpu", type=float, default=5.0, help="%% of one core, mean")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (logs, store)")
     args = ap.parse_args()
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C, even if inherited ignored
-    signal.signal(signal.SIGTERM, _interrupt)
-    tmp = Path(tempfile.mkdtemp(prefix="ad-footprint-"))
-    try:
-        ok = run(args, tmp)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        ok = False
-    except RuntimeError as exc:  # the doctor did not start or died
-        print(f"error: {exc}", file=sys.stderr)
-        ok = False
-    finally:
-        if args.keep:
-            print(f"kept {tmp}")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
+    catch_signals()
+    ok = run_in_tmp("ad-footprint-", args.keep, lambda tmp: run(args, tmp))
     sys.exit(0 if ok else 1)
 
 

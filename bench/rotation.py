@@ -28,41 +28,28 @@ import os
 import random
 import re
 import shutil
-import signal
-import sqlite3
 import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Any, BinaryIO
 
 import psutil
+from common import (
+    ERROR,
+    catch_signals,
+    finding_id,
+    read_findings,
+    run_in_tmp,
+    self_check,
+    start_doctor,
+    stop_doctor,
+    tail,
+    wait_ready,
+)
 
-from ascend_doctor.core.errors import StoreError
-from ascend_doctor.core.events import LogChunk
-from ascend_doctor.core.store import Store
-from ascend_doctor.rules import Engine, load_rules
-
-# Only the tailer and the rules run: no collectors, no CANN log roots (without a server
-# they default to $HOME/ascend/log: not this benchmark's files), and no remediation (with
-# no server to act on, an OOM plan fails in set_env; "off" records one refusal instead).
-CONFIG = """\
-[collectors.npu_smi]
-enabled = false
-[collectors.vllm]
-enabled = false
-[logs]
-poll_interval = 0.25
-cann = false
-[remediation]
-mode = "off"
-"""
-ERROR = "[rank0]: RuntimeError: NPU out of memory. Tried to allocate 1024.00 MiB id={id}\n"
-PROBE = "[rank0]: RuntimeError: NPU out of memory. Tried to allocate 1024.00 MiB probe={id}\n"
 # Every line starts with its own timestamp, as real logs do: the heads of two files differ.
 BENIGN = [
     "(APIServer pid=728) INFO 09-08 {h:02d}:{m:02d}:{s:02d}.{u:06d} [loggers.py:123] Engine 000:"
@@ -73,7 +60,6 @@ BENIGN = [
     "(EngineCore_DP0 pid=276) INFO 09-08 {h:02d}:{m:02d}:{s:02d}.{u:06d} [core.py:{n}] Scheduler"
     " step finished in 23.1 ms, batch size 12\n",
 ]
-ID = re.compile(r"\bid=(\d+)")
 TICK = 0.01  # seconds between write batches of phase 1
 
 
@@ -87,16 +73,6 @@ def line(k: int, error_id: int | None) -> bytes:
         .format(h=(s // 3600) % 24, m=(s // 60) % 60, s=s % 60, u=u * 1000, n=10_000 + k % 50_000)
         .encode()
     )
-
-
-def self_check() -> None:
-    """The error line gives exactly one finding and the benign lines none (builtin pack)."""
-    engine = Engine(load_rules(), clock=lambda: 0.0)
-    benign = b"".join(line(k, None) for k in range(0, 3_000_000, 997))
-    for text, want in ((line(0, 1), 1), (benign, 0)):
-        got = len(engine.scan(LogChunk("/bench/server.log", "server", 0, text)))
-        if got != want:
-            sys.exit(f"self-check: expected {want} finding(s), got {got}: {text[:80]!r}")
 
 
 def spread(total: int, errors: int, seed: int) -> dict[int, int]:
@@ -152,17 +128,8 @@ class Doctor:
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     def start(self) -> None:
-        cfg = self.tmp / "doctor.toml"
-        cfg.write_text(CONFIG)
-        cmd = [sys.executable, "-m", "ascend_doctor", "watch", "--config", str(cfg)]
-        cmd += ["--state-dir", str(self.state)]
-        for g in self.globs:
-            cmd += ["--log", g]
         with self.err_path.open("ab") as err:
-            # its own session: a Ctrl-C reaches only this script, which then stops it
-            self.proc = subprocess.Popen(
-                cmd, stdin=subprocess.DEVNULL, stdout=err, stderr=err, start_new_session=True
-            )
+            self.proc = start_doctor(self.tmp, self.state, self.globs, err)
         self.starts += 1
 
     def alive(self) -> bool:
@@ -176,14 +143,8 @@ class Doctor:
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL if it does not stop within 15 s."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        if self.proc is not None:
+            stop_doctor(self.proc)
 
     def cpu_seconds(self) -> float:
         if self.proc is None:
@@ -196,31 +157,18 @@ class Doctor:
 
     def wait_ready(self, probe: Path, timeout: float = 60.0) -> float:
         """Append probe lines until one is stored: the doctor is past its first pass."""
-        t0 = time.monotonic()
-        n = 0
-        with probe.open("ab", buffering=0) as f:
-            while time.monotonic() - t0 < timeout:
-                if not self.alive():
-                    raise RuntimeError("the doctor exited during start-up:\n" + self.tail())
-                f.write(PROBE.format(id=n).encode())
-                n += 1
-                time.sleep(0.2)
-                if any("probe=" in x["evidence"][0]["text"] for x in self.findings() or []):
-                    return time.monotonic() - t0
-        raise RuntimeError(f"the doctor stored no probe finding within {timeout:g}s")
+        assert self.proc is not None
+        return wait_ready(
+            probe,
+            self.state,
+            self.proc,
+            timeout,
+            exited=lambda: "the doctor exited during start-up:\n" + self.tail(),
+        )
 
     def findings(self) -> list[dict[str, Any]] | None:
         """Stored findings; None while the store is being created or is busy."""
-        try:
-            store = Store.in_dir(self.state, readonly=True)
-        except StoreError:
-            return None
-        try:
-            return store.findings()
-        except sqlite3.Error:
-            return None
-        finally:
-            store.close()
+        return read_findings(self.state)
 
     def settle(self, quiet: float, timeout: float) -> tuple[list[dict[str, Any]], float]:
         """Findings once their count stopped growing and the doctor went idle for ``quiet``
@@ -245,10 +193,9 @@ class Doctor:
 
     def tail(self, lines: int = 25) -> str:
         try:
-            text = self.err_path.read_text(errors="replace").splitlines()
+            return tail(self.err_path, lines)
         except OSError:
             return ""
-        return "\n".join(text[-lines:])
 
     def digest(self, top: int = 10) -> str:
         """The doctor's log messages by kind (numbers and paths elided), most frequent first."""
@@ -323,11 +270,21 @@ def count(findings: list[dict[str, Any]], errors: dict[int, int]) -> Result:
     ids: Counter[int] = Counter()
     n = 0
     for x in findings:
-        m = ID.search(x["evidence"][0]["text"])
-        if m:  # not a probe
-            ids[int(m.group(1))] += 1
+        i = finding_id(x)
+        if i is not None:  # not a probe
+            ids[i] += 1
             n += 1
     return Result(len(errors), ids, n, {i: k for k, i in errors.items()})
+
+
+def verdict(doctor: Doctor, found: list[dict[str, Any]], errors: dict[int, int]) -> bool:
+    """Counts and prints the ids found; with the doctor's log when one is lost or doubled."""
+    result = count(found, errors)
+    result.report()
+    if not result.ok:
+        print("  doctor log, by kind:\n" + doctor.digest())
+        print("  doctor log, tail:\n" + doctor.tail())
+    return result.ok
 
 
 def torture(args: argparse.Namespace, tmp: Path) -> bool:
@@ -398,12 +355,7 @@ def torture(args: argparse.Namespace, tmp: Path) -> bool:
         for f in files:
             f.close()
         doctor.stop()
-    result = count(found, errors)
-    result.report()
-    if not result.ok:
-        print("  doctor log, by kind:\n" + doctor.digest())
-        print("  doctor log, tail:\n" + doctor.tail())
-    return result.ok
+    return verdict(doctor, found, errors)
 
 
 def burst(args: argparse.Namespace, tmp: Path) -> bool:
@@ -442,16 +394,14 @@ def burst(args: argparse.Namespace, tmp: Path) -> bool:
         print(f"  findings complete, doctor idle: {waited:.1f}s after the writer finished")
     finally:
         doctor.stop()
-    result = count(found, errors)
-    result.report()
-    if not result.ok:
-        print("  doctor log, by kind:\n" + doctor.digest())
-        print("  doctor log, tail:\n" + doctor.tail())
-    return result.ok
+    return verdict(doctor, found, errors)
 
 
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
+def phases(args: argparse.Namespace, tmp: Path) -> bool:
+    ok = torture(args, tmp)
+    if args.burst:
+        ok = burst(args, tmp) and ok
+    return ok
 
 
 def main() -> None:
@@ -473,26 +423,10 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (logs, stores)")
     args = ap.parse_args()
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C, even if inherited ignored
-    signal.signal(signal.SIGTERM, _interrupt)
-    self_check()
-    tmp = Path(tempfile.mkdtemp(prefix="ad-rotation-"))
+    catch_signals()
+    self_check(b"".join(line(k, None) for k in range(0, 3_000_000, 997)))
     t0 = time.monotonic()
-    try:
-        ok = torture(args, tmp)
-        if args.burst:
-            ok = burst(args, tmp) and ok
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        ok = False
-    except RuntimeError as exc:  # the doctor did not start or died
-        print(f"error: {exc}", file=sys.stderr)
-        ok = False
-    finally:
-        if args.keep:
-            print(f"kept {tmp}")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
+    ok = run_in_tmp("ad-rotation-", args.keep, lambda tmp: phases(args, tmp))
     print(f"{'all goals met' if ok else 'goal MISSED'} ({time.monotonic() - t0:.0f}s)")
     sys.exit(0 if ok else 1)
 
