@@ -6,8 +6,14 @@ import asyncio
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
+
+from ascend_doctor.core.errors import StoreError
+from ascend_doctor.core.store import Store
+
+T = TypeVar("T")
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -26,3 +32,26 @@ async def wait_for(
 @pytest.fixture
 def fixtures() -> Path:
     return FIXTURES
+
+
+def poll(cond: Callable[[], T | None], timeout: float, what: str) -> T:
+    """Call ``cond`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def read_store(state: Path, fn: Callable[[Store], T]) -> T | None:
+    """``fn`` over a read-only store of ``state``; None while it is not created yet."""
+    try:
+        store = Store.in_dir(state, readonly=True)
+    except StoreError:  # not created yet, or being created right now
+        return None
+    try:
+        return fn(store)
+    finally:
+        store.close()

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from ascend_doctor.core.errors import StoreError
 from ascend_doctor.core.store import Store
+from tests.conftest import poll, read_store
 
 pytestmark = pytest.mark.integration
 
@@ -58,29 +58,15 @@ def start(state: Path, logs: Path, cfg: Path, out: Path) -> subprocess.Popen[byt
 
 
 def ids(state: Path) -> list[int] | None:
-    try:
-        store = Store.in_dir(state, readonly=True)
-    except StoreError:
-        return None
-    try:
+    def extract(store: Store) -> list[int]:
         found = []
         for f in store.findings():
             m = re.search(r"id=(\d+)", f["evidence"][0]["text"])
             assert m, f
             found.append(int(m.group(1)))
         return found
-    finally:
-        store.close()
 
-
-def wait(cond, timeout: float, what: str):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+    return read_store(state, extract)
 
 
 def test_sigkill_and_rotations_lose_nothing_and_double_nothing(tmp_path: Path) -> None:
@@ -98,7 +84,7 @@ def test_sigkill_and_rotations_lose_nothing_and_double_nothing(tmp_path: Path) -
     expected: set[int] = set()
     every = LINES // ERRORS_PER_FILE
     try:
-        wait(lambda: _started(state), 30, "the doctor to take its start positions")
+        poll(lambda: _started(state), 30, "the doctor to take its start positions")
         for n in range(LINES):
             if n == LINES // 2:
                 doctor.send_signal(signal.SIGKILL)
@@ -153,11 +139,4 @@ def test_sigkill_and_rotations_lose_nothing_and_double_nothing(tmp_path: Path) -
 
 
 def _started(state: Path) -> bool:
-    try:
-        store = Store.in_dir(state, readonly=True)
-    except StoreError:
-        return False
-    try:
-        return store.meta("tailer.first_started_at") is not None
-    finally:
-        store.close()
+    return bool(read_store(state, lambda s: s.meta("tailer.first_started_at") is not None))

@@ -8,15 +8,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from ascend_doctor.agent.demo import free_port
-from ascend_doctor.core.errors import StoreError
-from ascend_doctor.core.store import Store
 from ascend_doctor.sim.host import SimHost
+from tests.conftest import poll, read_store
 
 pytestmark = pytest.mark.integration
 
@@ -34,27 +32,6 @@ interval = 1.0
 [remediation]
 settle_seconds = 1.0
 """
-
-
-def poll(cond, timeout: float, what: str):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
-def read(state: Path, fn):  # type: ignore[no-untyped-def]
-    try:
-        store = Store.in_dir(state, readonly=True)
-    except StoreError:  # not created yet, or being created right now
-        return None
-    try:
-        return fn(store)
-    finally:
-        store.close()
 
 
 def alive(pid: int) -> bool:
@@ -102,11 +79,13 @@ def test_watch_learns_survives_sigterm_and_relaunches_with_overrides(tmp_path: P
     doctor = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
         poll(
-            lambda: read(state, lambda s: [i for i in s.incidents() if i.state == "resolved"]),
+            lambda: read_store(
+                state, lambda s: [i for i in s.incidents() if i.state == "resolved"]
+            ),
             60,
             "the kv-cache incident to resolve",
         )
-        server = read(state, lambda s: s.meta("server"))
+        server = read_store(state, lambda s: s.meta("server"))
         assert server["state"] == "RUNNING"
         pid = server["pid"]
         doctor.send_signal(signal.SIGTERM)
@@ -116,16 +95,18 @@ def test_watch_learns_survives_sigterm_and_relaunches_with_overrides(tmp_path: P
             doctor.kill()
         doctor.wait()
     assert not alive(pid), "the server outlived the doctor"
-    events = read(state, lambda s: s.process_events())
+    events = read_store(state, lambda s: s.process_events())
     assert events[-1]["state"] == "STOPPED"
     assert events[-1]["reason"] == "doctor shutting down"
 
     # A restarted doctor relaunches with the learned --max-model-len: no new incident.
-    learned = read(state, lambda s: {o.key: o.value for o in s.overrides()})
+    learned = read_store(state, lambda s: {o.key: o.value for o in s.overrides()})
     assert int(learned["--max-model-len"]) < 32768
 
     def runs() -> int:
-        return sum(1 for e in read(state, lambda s: s.process_events()) if e["state"] == "RUNNING")
+        return sum(
+            1 for e in read_store(state, lambda s: s.process_events()) if e["state"] == "RUNNING"
+        )
 
     runs_before = runs()
     doctor = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -138,7 +119,7 @@ def test_watch_learns_survives_sigterm_and_relaunches_with_overrides(tmp_path: P
             doctor.kill()
         doctor.wait()
         out.close()
-    assert len(read(state, lambda s: s.incidents())) == 1
+    assert len(read_store(state, lambda s: s.incidents())) == 1
     last_args = [
         ln for ln in (state / "server.log").read_text().splitlines() if "non-default args" in ln
     ][-1]
@@ -176,12 +157,12 @@ def test_watch_without_command_only_observes(tmp_path: Path) -> None:
         stderr=subprocess.STDOUT,
     )
     try:
-        poll(lambda: read(state, lambda s: s.meta("doctor")), 30, "the doctor to start")
+        poll(lambda: read_store(state, lambda s: s.meta("doctor")), 30, "the doctor to start")
         (logs / "server.log").write_text(
             "INFO 09-08 02:55:20 [worker.py:240] Available KV cache memory: 25.82 GiB\n"
             "RuntimeError: NPU out of memory. Tried to allocate 2.00 GiB\n"
         )
-        (inc,) = poll(lambda: read(state, lambda s: s.incidents()), 30, "an incident")
+        (inc,) = poll(lambda: read_store(state, lambda s: s.incidents()), 30, "an incident")
         assert inc.category == "npu_oom"
         doctor.send_signal(signal.SIGTERM)
         assert doctor.wait(timeout=20) == 0
@@ -192,4 +173,4 @@ def test_watch_without_command_only_observes(tmp_path: Path) -> None:
         out.close()
     log = (tmp_path / "doctor.out").read_text()
     assert "npu-smi not found" in log
-    assert read(state, lambda s: s.process_events()) == []  # nothing was supervised
+    assert read_store(state, lambda s: s.process_events()) == []  # nothing was supervised
