@@ -11,8 +11,9 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any, Protocol
 
 from ascend_doctor.agent.incidents import ACTIVE, IncidentManager
 from ascend_doctor.agent.launch import LaunchSpec
@@ -26,11 +27,18 @@ from ascend_doctor.collectors.logs import (
     Waker,
     source_kind,
 )
-from ascend_doctor.collectors.npu_smi import parse_info, run_npu_smi, samples_from_info
+from ascend_doctor.collectors.npu_smi import NpuSmiCollector
 from ascend_doctor.collectors.vllm import VllmCollector
 from ascend_doctor.core.config import Config
 from ascend_doctor.core.errors import CollectorError
-from ascend_doctor.core.events import Finding, IncidentState, ProcessEvent, ProcessState
+from ascend_doctor.core.events import (
+    Finding,
+    IncidentState,
+    LogChunk,
+    ProcessEvent,
+    ProcessState,
+    Sample,
+)
 from ascend_doctor.core.store import Store
 from ascend_doctor.rules import Engine, RuleSet
 
@@ -39,6 +47,16 @@ log = logging.getLogger(__name__)
 TAILER_STARTED = "tailer.first_started_at"
 DECIDE_DELAY = 1.0  # seconds a finding waits for the server's exit to be seen with it
 EXIT_GRACE = 15.0  # seconds a dying server (engine-death line seen) gets to exit on its own
+
+
+class Collector(Protocol):
+    """One job: ``collect() -> samples``; the runner owns schedule, timing and isolation."""
+
+    name: str
+
+    def collect(self) -> Awaitable[Sequence[Sample]]:
+        """One run."""
+        ...
 
 
 class _StoreCheckpoints(Checkpoints):
@@ -107,6 +125,7 @@ class Daemon:
         self._own_pids: set[int] = set()
         self._run_start = 0.0  # wall time the server last became RUNNING
         self.collector_failures: dict[str, int] = {"npu_smi": 0}
+        self._started_at = time.time()
         self.supervisor: Supervisor | None = None
         if spec is not None:
             url = config.server.health_url or spec.health_base_url()
@@ -271,57 +290,76 @@ class Daemon:
     async def _npu_smi_loop(self) -> None:
         cfg = self.config.collectors.npu_smi
         binary = shutil.which(cfg.path, path=self._server_env().get("PATH")) or cfg.path
-        while not self._stopping:
-            # An observation is as old as the moment it began: a sample taken while a device
-            # was being reset must not count as the fault coming back after the restart.
-            started = time.time()
-            try:
-                res = await run_npu_smi(binary, ["info"], timeout=cfg.timeout)
-                if res.timed_out:
-                    raise CollectorError(f"npu-smi info timed out after {cfg.timeout:g}s; killed")
-                info = parse_info(res.stdout)
-                samples = samples_from_info(info, started)
-                for s in samples:
-                    self.store.add_sample(s.collector, s.subject, s.at, s.values)
-                self._ingest(self.engine.evaluate(samples))
-            except CollectorError as exc:
-                self._collector_failed("npu_smi", str(exc))
-                if "not found" in str(exc):
-                    log.warning("collector npu_smi disabled")
-                    return
-            except Exception as exc:
-                log.exception("collector npu_smi failed")
-                self._collector_failed("npu_smi", f"{type(exc).__name__}: {exc}")
-            await asyncio.sleep(cfg.interval)
+        collector = NpuSmiCollector(binary, timeout=cfg.timeout)
+        await self._run_collector(collector, cfg.interval, lambda: True)
 
     async def _vllm_loop(self) -> None:
         cfg = self.config.collectors.vllm
         assert self.base_spec is not None
         url = self.config.server.health_url or self.base_spec.health_base_url()
         collector = VllmCollector(url, timeout=cfg.timeout)
-        while not self._stopping:
-            await asyncio.sleep(cfg.interval)
-            sup = self.supervisor
-            if sup is None or sup.state != ProcessState.RUNNING:
-                continue  # a starting or stopped server has nothing to say yet
-            try:
-                samples = await collector.collect()
-                for s in samples:
-                    self.store.add_sample(s.collector, s.subject, s.at, s.values)
-                self._ingest(self.engine.evaluate(samples))
-            except CollectorError as exc:
-                self._collector_failed("vllm", str(exc))
-            except Exception as exc:
-                log.exception("collector vllm failed")
-                self._collector_failed("vllm", f"{type(exc).__name__}: {exc}")
 
-    def _collector_failed(self, name: str, why: str) -> None:
-        self.collector_failures[name] = self.collector_failures.get(name, 0) + 1
-        log.warning("collector %s: %s", name, why)
-        self.store.set_meta(
-            f"collector.{name}",
-            {"failures": self.collector_failures[name], "last_error": why, "at": time.time()},
-        )
+        def running() -> bool:  # a starting or stopped server has nothing to say yet
+            return self.supervisor is not None and self.supervisor.state == ProcessState.RUNNING
+
+        await self._run_collector(collector, cfg.interval, running, first_wait=True)
+
+    async def _run_collector(
+        self,
+        collector: Collector,
+        interval: float,
+        active: Callable[[], bool],
+        *,
+        first_wait: bool = False,
+    ) -> None:
+        """Run one collector on its schedule: samples stored and evaluated, each run's duration
+        and outcome recorded, a failure logged and counted; it never stops another collector."""
+        name = collector.name
+        status: dict[str, Any] = {"runs": 0, "failures": 0}
+        if first_wait:
+            await asyncio.sleep(interval)
+        while not self._stopping:
+            if active():
+                t0 = time.monotonic()
+                status["runs"] += 1
+                try:
+                    samples = await collector.collect()
+                    for s in samples:
+                        self.store.add_sample(s.collector, s.subject, s.at, s.values)
+                    self._ingest(self.engine.evaluate(samples))
+                    status.update(ok=True, last_ok_at=time.time(), last_error="")
+                except CollectorError as exc:
+                    status.update(ok=False, failures=status["failures"] + 1, last_error=str(exc))
+                    log.warning("collector %s: %s", name, exc)
+                    self._collector_evidence(collector)
+                except Exception as exc:
+                    log.exception("collector %s failed", name)
+                    why = f"{type(exc).__name__}: {exc}"
+                    status.update(ok=False, failures=status["failures"] + 1, last_error=why)
+                status["last_duration_s"] = round(time.monotonic() - t0, 3)
+                self.collector_failures[name] = status["failures"]
+                self.store.set_meta(f"collector.{name}", {**status, "at": time.time()})
+                if "not found" in status.get("last_error", ""):
+                    log.warning("collector %s disabled: %s", name, status["last_error"])
+                    return
+            await asyncio.sleep(interval)
+
+    def _collector_evidence(self, collector: Collector) -> None:
+        """What a failing npu-smi said: raw text kept, dcmi codes to the rules (once each)."""
+        if not isinstance(collector, NpuSmiCollector):
+            return
+        if collector.last_raw:
+            self.store.set_meta("collector.npu_smi.last_raw", collector.last_raw)
+        if collector.last_dcmi is not None:
+            code, text = collector.last_dcmi
+            chunk = LogChunk(
+                "npu-smi info",
+                "host",
+                0,
+                (text + "\n").encode(),
+                file_id=f"npu-smi:{self._started_at:.0f}:dcmi{code}",
+            )
+            self._ingest(self.engine.scan(chunk))
 
     # -- decisions -----------------------------------------------------------------------------
 

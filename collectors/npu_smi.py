@@ -458,12 +458,75 @@ async def run_npu_smi(
     )
 
 
+# -- the collector ---------------------------------------------------------------------------
+
+
+class NpuSmiCollector:
+    """One ``npu-smi info`` per run, plus ``-t health`` for devices that are not OK.
+
+    Output that does not parse is counted and its last raw text kept (``last_raw``) for
+    whoever debugs the parser; a dcmi return code (-8005, -8020, ...) is kept in
+    ``last_dcmi`` with the text that carried it, for the rules to read.
+    """
+
+    name = COLLECTOR
+
+    def __init__(self, binary: str, *, timeout: float) -> None:
+        self.binary = binary
+        self.timeout = timeout
+        self.parse_failures = 0
+        self.last_raw = ""
+        self.last_dcmi: tuple[int, str] | None = None
+
+    async def collect(self) -> list[Sample]:
+        """Samples of every chip; CollectorError when npu-smi fails, hangs or says nothing."""
+        # an observation is as old as the moment it began: a sample taken while a device was
+        # being reset must not count as the fault coming back after the restart
+        started = time.time()
+        res = await run_npu_smi(self.binary, ["info"], timeout=self.timeout)
+        if res.timed_out:
+            raise CollectorError(f"npu-smi info timed out after {self.timeout:g}s; killed")
+        text = res.stdout + res.stderr
+        code = dcmi_error(text)
+        if code is not None:
+            self.last_dcmi = (code, text.strip()[-2000:])
+            raise CollectorError(f"npu-smi info: dcmi error {code}")
+        try:
+            info = parse_info(res.stdout)
+        except CollectorError:
+            self.parse_failures += 1
+            self.last_raw = text[-8192:]
+            raise
+        samples = samples_from_info(info, started)
+        out = []
+        for sample in samples:
+            if sample.values.get("health") not in ("OK", None):
+                sample = await self._with_health_detail(sample)
+            out.append(sample)
+        return out
+
+    async def _with_health_detail(self, sample: Sample) -> Sample:
+        npu, _, chip = sample.subject.removeprefix("npu").partition(".")
+        args = ["info", "-t", "health", "-i", npu, "-c", chip or "0"]
+        try:
+            res = await run_npu_smi(self.binary, args, timeout=self.timeout)
+        except CollectorError:
+            return sample
+        pairs = parse_pairs(res.stdout)
+        extra = {
+            "health_error_code": pairs.get("Error Code"),
+            "health_error_info": pairs.get("Error Information"),
+        }
+        return Sample(sample.collector, sample.subject, sample.at, {**sample.values, **extra})
+
+
 __all__ = [
     "COLLECTOR",
     "HEALTH_STATES",
     "NpuDevice",
     "NpuInfo",
     "NpuProcess",
+    "NpuSmiCollector",
     "NpuSmiResult",
     "dcmi_error",
     "parse_info",

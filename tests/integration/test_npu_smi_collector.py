@@ -1,0 +1,76 @@
+"""The npu_smi collector against the simulator's npu-smi and small real scripts."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+from ascend_doctor.agent.daemon import Daemon
+from ascend_doctor.collectors.npu_smi import NpuSmiCollector
+from ascend_doctor.core.config import CollectorsConfig, Config, LogsConfig, NpuSmiConfig
+from ascend_doctor.core.errors import CollectorError
+from ascend_doctor.core.store import Store
+from ascend_doctor.rules import load_rules
+from ascend_doctor.sim.host import SimHost
+from tests.conftest import read_store, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+async def test_unhealthy_device_gets_its_health_detail(tmp_path: Path) -> None:
+    host = SimHost.create(tmp_path / "host")
+    host.inject(3, "heartbeat_lost")
+    collector = NpuSmiCollector(str(host.bin_dir / "npu-smi"), timeout=10)
+    samples = {s.subject: s.values for s in await collector.collect()}
+    assert len(samples) == 8
+    assert samples["npu3"]["health"] == "Critical"
+    assert samples["npu3"]["health_error_code"] not in (None, "NA")
+    assert "health_error_code" not in samples["npu2"]  # healthy cards cost one call only
+    health_calls = [c for c in host.npu_smi_calls() if "health" in c["argv"]]
+    assert [c["argv"][-4:] for c in health_calls] == [["-i", "3", "-c", "0"]]
+
+
+async def test_garbage_is_counted_and_kept(tmp_path: Path) -> None:
+    host = SimHost.create(tmp_path / "host")
+    host.set_npu_smi_mode("garbage")
+    collector = NpuSmiCollector(str(host.bin_dir / "npu-smi"), timeout=10)
+    for _ in range(2):
+        with pytest.raises(CollectorError, match="npu-smi info"):
+            await collector.collect()
+    assert collector.parse_failures == 2
+    assert collector.last_raw.strip()
+
+
+def fake_npu_smi(tmp_path: Path, text: str) -> Path:
+    script = tmp_path / "npu-smi"
+    script.write_text(f"#!/bin/sh\necho '{text}'\nexit 255\n")
+    script.chmod(0o755)
+    return script
+
+
+async def test_dcmi_code_becomes_a_finding_once(tmp_path: Path) -> None:
+    script = fake_npu_smi(tmp_path, "dcmi module initialize failed. ret is -8005")
+    config = Config(
+        logs=LogsConfig(cann=False),
+        collectors=CollectorsConfig(npu_smi=NpuSmiConfig(path=str(script), interval=0.05)),
+    )
+    daemon = Daemon(config, tmp_path / "state", None, load_rules(), base_env=dict(os.environ))
+    run = asyncio.create_task(daemon.run())
+    await wait_for(lambda: daemon.collector_failures.get("npu_smi", 0) >= 3, what="three runs")
+    daemon.shutdown()
+    assert await asyncio.wait_for(run, 10) == 0
+    store = Store.in_dir(tmp_path / "state", readonly=True)
+    try:
+        rules = [f["rule"] for f in store.findings()]
+        (inc,) = store.incidents()
+        status = store.meta("collector.npu_smi")
+    finally:
+        store.close()
+    assert rules == ["dcmi-init-failed-8005"]  # once, not once per run
+    assert inc.category.value == "device_unavailable"
+    assert status["last_error"] == "npu-smi info: dcmi error -8005"
+    assert status["runs"] >= 3 and status["failures"] >= 3 and "last_duration_s" in status
+    assert read_store(tmp_path / "state", lambda s: s.meta("collector.npu_smi.last_raw")) is None
