@@ -290,7 +290,7 @@ class Daemon:
     async def _npu_smi_loop(self) -> None:
         cfg = self.config.collectors.npu_smi
         binary = shutil.which(cfg.path, path=self._server_env().get("PATH")) or cfg.path
-        collector = NpuSmiCollector(binary, timeout=cfg.timeout)
+        collector = NpuSmiCollector(binary, timeout=cfg.timeout, usages=cfg.usages)
         await self._run_collector(collector, cfg.interval, lambda: True)
 
     async def _vllm_loop(self) -> None:

@@ -461,6 +461,16 @@ async def run_npu_smi(
 # -- the collector ---------------------------------------------------------------------------
 
 
+USAGE_KEYS = {
+    "HBM Usage Rate(%)": "hbm_usage_rate_pct",
+    "Aicore Usage Rate(%)": "aicore_usage_rate_pct",
+    "Aivector Usage Rate(%)": "aivector_usage_rate_pct",
+    "NPU Utilization(%)": "npu_utilization_pct",
+    "HBM Bandwidth Usage Rate(%)": "hbm_bandwidth_usage_rate_pct",
+}
+"""``npu-smi info -t usages`` pairs kept, by sample value name."""
+
+
 class NpuSmiCollector:
     """One ``npu-smi info`` per run, plus ``-t health`` for devices that are not OK.
 
@@ -471,9 +481,10 @@ class NpuSmiCollector:
 
     name = COLLECTOR
 
-    def __init__(self, binary: str, *, timeout: float) -> None:
+    def __init__(self, binary: str, *, timeout: float, usages: bool = False) -> None:
         self.binary = binary
         self.timeout = timeout
+        self.usages = usages
         self.parse_failures = 0
         self.last_raw = ""
         self.last_dcmi: tuple[int, str] | None = None
@@ -502,8 +513,29 @@ class NpuSmiCollector:
         for sample in samples:
             if sample.values.get("health") not in ("OK", None):
                 sample = await self._with_health_detail(sample)
+            if self.usages and "." not in sample.subject:
+                sample = await self._with_usages(sample)
             out.append(sample)
         return out
+
+    async def _with_usages(self, sample: Sample) -> Sample:
+        """``info -t usages -i N``: rates npu-smi info does not print (vector core, bandwidth)."""
+        npu = sample.subject.removeprefix("npu")
+        try:
+            res = await run_npu_smi(
+                self.binary, ["info", "-t", "usages", "-i", npu], timeout=self.timeout
+            )
+        except CollectorError:
+            return sample
+        extra: dict[str, object] = {}
+        for key, value in parse_pairs(res.stdout).items():
+            name = USAGE_KEYS.get(key)
+            if name is not None:
+                try:
+                    extra[name] = int(value)
+                except ValueError:
+                    continue
+        return Sample(sample.collector, sample.subject, sample.at, {**sample.values, **extra})
 
     async def _with_health_detail(self, sample: Sample) -> Sample:
         npu, _, chip = sample.subject.removeprefix("npu").partition(".")

@@ -88,6 +88,8 @@ class NpuSmiConfig:
     """Seconds between runs."""
     timeout: float = 10.0
     """Seconds before a hung npu-smi is killed."""
+    usages: bool = False
+    """Also run ``npu-smi info -t usages -i N`` per device (vector core, bandwidth rates)."""
 
 
 @dataclass(frozen=True)

@@ -74,3 +74,50 @@ async def test_dcmi_code_becomes_a_finding_once(tmp_path: Path) -> None:
     assert status["last_error"] == "npu-smi info: dcmi error -8005"
     assert status["runs"] >= 3 and status["failures"] >= 3 and "last_duration_s" in status
     assert read_store(tmp_path / "state", lambda s: s.meta("collector.npu_smi.last_raw")) is None
+
+
+async def test_usages_when_configured(tmp_path: Path) -> None:
+    host = SimHost.create(tmp_path / "host")
+    collector = NpuSmiCollector(str(host.bin_dir / "npu-smi"), timeout=10, usages=True)
+    samples = {s.subject: s.values for s in await collector.collect()}
+    assert isinstance(samples["npu0"]["hbm_usage_rate_pct"], int)
+    assert "aivector_usage_rate_pct" in samples["npu7"]
+
+
+async def test_vllm_collector_on_the_simulated_server(tmp_path: Path) -> None:
+    import subprocess
+
+    import httpx
+
+    from ascend_doctor.agent.demo import free_port
+    from ascend_doctor.collectors.vllm import VllmCollector
+
+    host = SimHost.create(tmp_path / "host", load_seconds=0.1)
+    port = free_port()
+    argv = host.serve_argv("Qwen/Qwen2.5-7B-Instruct", ["--host", "127.0.0.1", "--port", str(port)])
+    server = subprocess.Popen(
+        argv, env={**os.environ, **host.env()}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        collector = VllmCollector(url, timeout=5)
+
+        async def healthy() -> bool:
+            (s,) = await collector.collect()
+            return bool(s.values["health_status"] == 200)
+
+        deadline = asyncio.get_running_loop().time() + 30
+        while not await healthy():
+            assert asyncio.get_running_loop().time() < deadline, "server never healthy"
+            await asyncio.sleep(0.1)
+        async with httpx.AsyncClient(trust_env=False) as client:
+            body = {"model": "Qwen/Qwen2.5-7B-Instruct", "prompt": "hi " * 40, "max_tokens": 8}
+            assert (await client.post(url + "/v1/completions", json=body, timeout=10)).is_success
+        (sample,) = await collector.collect()
+        v = sample.values
+        assert v["health_status"] == 200 and v["max_model_len"] > 0
+        assert v["generation_tokens_delta"] == 8 and v["prompt_tokens_delta"] == 40
+        assert v["cache_block_size"] == "128" and "ttft_p99" in v
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
