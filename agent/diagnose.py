@@ -76,7 +76,12 @@ def _one(path: Path) -> Iterator[tuple[str, Callable[[], IO[bytes]] | None, str]
             yield str(path), None, f"cannot open bundle: {exc}"
             return
         with tar:
-            for member in tar.getmembers():
+            members = tar.getmembers()
+            # an ascend-doctor bundle: its store/*.json repeat the log lines as evidence
+            is_bundle = any(m.name.endswith("/MANIFEST.json") for m in members)
+            for member in members:
+                if is_bundle and "/logs/" not in member.name and "/npu-smi/" not in member.name:
+                    continue
                 if member.isfile():
                     data = tar.extractfile(member)
                     if data is not None:
