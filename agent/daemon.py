@@ -28,6 +28,7 @@ from ascend_doctor.collectors.logs import (
     source_kind,
 )
 from ascend_doctor.collectors.npu_smi import NpuSmiCollector
+from ascend_doctor.collectors.process import ProcessCollector
 from ascend_doctor.collectors.vllm import VllmCollector
 from ascend_doctor.core.config import Config
 from ascend_doctor.core.errors import CollectorError
@@ -220,6 +221,18 @@ class Daemon:
             tasks.append(asyncio.create_task(self._npu_smi_loop(), name="npu_smi"))
         if self.config.collectors.vllm.enabled and self.supervisor is not None:
             tasks.append(asyncio.create_task(self._vllm_loop(), name="vllm"))
+        if self.config.collectors.process.enabled and self.supervisor is not None:
+            sup = self.supervisor
+            tasks.append(
+                asyncio.create_task(
+                    self._run_collector(
+                        ProcessCollector(lambda: sup.pid),
+                        self.config.collectors.process.interval,
+                        lambda: True,
+                    ),
+                    name="process",
+                )
+            )
         sup_task = None
         if self.supervisor is not None:
             self.supervisor.start()

@@ -60,6 +60,7 @@ def demo_config() -> Config:
         collectors=dataclasses.replace(
             base.collectors,
             npu_smi=dataclasses.replace(base.collectors.npu_smi, interval=1.0, timeout=5.0),
+            process=dataclasses.replace(base.collectors.process, interval=1.0),
         ),
     )
 

@@ -105,6 +105,16 @@ class VllmConfig:
 
 
 @dataclass(frozen=True)
+class ProcessConfig:
+    """The process collector: psutil over the server's process tree, and host memory/load."""
+
+    enabled: bool = True
+    """Run the collector while a server is supervised."""
+    interval: float = 10.0
+    """Seconds between runs."""
+
+
+@dataclass(frozen=True)
 class CollectorsConfig:
     """Collectors by registered name."""
 
@@ -112,6 +122,8 @@ class CollectorsConfig:
     """``[collectors.npu_smi]``."""
     vllm: VllmConfig = field(default_factory=VllmConfig)
     """``[collectors.vllm]``."""
+    process: ProcessConfig = field(default_factory=ProcessConfig)
+    """``[collectors.process]``."""
 
 
 @dataclass(frozen=True)
@@ -189,6 +201,7 @@ _POSITIVE = {
     "collectors.npu_smi.interval",
     "collectors.npu_smi.timeout",
     "collectors.vllm.interval",
+    "collectors.process.interval",
     "collectors.vllm.timeout",
     "remediation.command_timeout",
 }
@@ -312,6 +325,7 @@ __all__ = [
     "IncidentsConfig",
     "LogsConfig",
     "NpuSmiConfig",
+    "ProcessConfig",
     "RemediationConfig",
     "RulesConfig",
     "ServerConfig",
