@@ -311,10 +311,16 @@ def incident_dicts(store: Store) -> list[dict[str, Any]]:
 
 
 def _register() -> None:
+    from ascend_doctor.agent.bundle import bundle
+    from ascend_doctor.agent.check import check
     from ascend_doctor.agent.cli_rules import findings, rules_group
+    from ascend_doctor.agent.profile import profile
 
     main.add_command(rules_group)
     main.add_command(findings)
+    main.add_command(check)
+    main.add_command(bundle)
+    main.add_command(profile)
 
 
 _register()

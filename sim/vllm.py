@@ -27,8 +27,9 @@ from ascend_doctor.sim.models import (
     get_profile,
     plan_memory,
 )
+from ascend_doctor.sim.msprof import DYNAMIC_KEY
 from ascend_doctor.sim.state import STATE_ENV, find_device, prune_dead, read_state, update_state
-from ascend_doctor.sim.vllm_args import build_config, parse_args
+from ascend_doctor.sim.vllm_args import build_config, dynamic_profiling, parse_args, profiler_dir
 from ascend_doctor.sim.vllm_http import VERSION, SimServer
 from ascend_doctor.sim.vlog import API, ENGINE, Plog, VllmOut, log_root_from_env
 
@@ -36,8 +37,15 @@ from ascend_doctor.sim.vlog import API, ENGINE, Plog, VllmOut, log_root_from_env
 class Server:
     """One run of the fake server, from argv to exit status."""
 
-    def __init__(self, cfg: ServeConfig, out: VllmOut) -> None:
+    def __init__(
+        self,
+        cfg: ServeConfig,
+        out: VllmOut,
+        profiler_dir: Path | None = None,
+        dynamic: bool = False,
+    ) -> None:
         self.cfg, self.out = cfg, out
+        self.profiler_dir, self.dynamic = profiler_dir, dynamic
         self.pid = out.pid
         env_state = os.environ.get(STATE_ENV)
         self.state_path = Path(env_state) if env_state else None
@@ -60,6 +68,10 @@ class Server:
                 state["processes"].append(
                     {"device": d, "pid": self.pid, "name": "python3", "memory_mb": mem}
                 )
+            if self.dynamic:
+                # What msprof --dynamic=on checks before it attaches.
+                pids = [p for p in state.get(DYNAMIC_KEY, []) if p != self.pid]
+                state[DYNAMIC_KEY] = [*pids, self.pid]
 
     def deregister(self) -> None:
         """Release the devices; safe to call more than once, from atexit too."""
@@ -67,6 +79,8 @@ class Server:
             return
         with update_state(self.state_path) as state:
             state["processes"] = [p for p in state["processes"] if p["pid"] != self.pid]
+            if DYNAMIC_KEY in state:
+                state[DYNAMIC_KEY] = [p for p in state[DYNAMIC_KEY] if p != self.pid]
 
     # -- start-up -------------------------------------------------------------------
     def _fail(self, engine_text: str, failed: str) -> int:
@@ -178,7 +192,21 @@ class Server:
         out.log(API, "INFO", "model.py:547", f"Resolved architecture: {profile.architecture}")
         out.log(API, "INFO", "model.py:1510", f"Using max model len {cfg.max_model_len}")
         # Bind before the engine starts, like vLLM: probes during loading get no answer.
-        self.httpd = SimServer((cfg.host, cfg.port))
+        self.httpd = SimServer((cfg.host, cfg.port), self.profiler_dir)
+        if self.profiler_dir is not None:
+            out.log(
+                API,
+                "WARNING",
+                "api_router.py:57",
+                "Profiler with mode 'torch' is enabled in the API server. "
+                "This should ONLY be used for local development!",
+            )
+            out.log(
+                ENGINE,
+                "INFO",
+                "worker_v1.py:412",
+                f"Profiling enabled. Traces will be saved to: {self.profiler_dir}",
+            )
         out.log(
             ENGINE,
             "INFO",
@@ -218,21 +246,20 @@ class Server:
             "api_server.py:1885",
             f"Starting vLLM API server 0 on http://{cfg.host}:{cfg.port}",
         )
+        routes = [
+            ("/health", "GET"),
+            ("/metrics", "GET"),
+            ("/version", "GET"),
+            ("/v1/models", "GET"),
+            ("/v1/completions", "POST"),
+        ]
+        if self.profiler_dir is not None:
+            routes += [("/start_profile", "POST"), ("/stop_profile", "POST")]
         out.log(
             API,
             "INFO",
             "launcher.py:34",
-            "Available routes are:\n"
-            + "\n".join(
-                f"Route: {r}, Methods: {m}"
-                for r, m in (
-                    ("/health", "GET"),
-                    ("/metrics", "GET"),
-                    ("/version", "GET"),
-                    ("/v1/models", "GET"),
-                    ("/v1/completions", "POST"),
-                )
-            ),
+            "Available routes are:\n" + "\n".join(f"Route: {r}, Methods: {m}" for r, m in routes),
         )
         out.raw(API, f"INFO:     Started server process [{self.pid}]")
         out.raw(API, "INFO:     Waiting for application startup.")
@@ -274,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         out.log(API, "WARNING", "arg_utils.py:1121", f"Ignoring unsupported arguments: {unknown}")
     out.log(API, "INFO", "utils.py:233", f"non-default args: {cfg.non_default!r}")
-    server = Server(cfg, out)
+    server = Server(cfg, out, profiler_dir(ns), dynamic_profiling())
     atexit.register(server.deregister)
 
     def on_signal(signum: int, frame: FrameType | None) -> None:

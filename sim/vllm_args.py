@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
+from pathlib import Path
 from typing import Any
 
 from ascend_doctor.sim.engine import ServeConfig
@@ -42,7 +44,35 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--block-size", type=int, default=None)
     p.add_argument("--tensor-parallel-size", "-tp", type=int, default=None)
     p.add_argument("--served-model-name", default=None)
+    p.add_argument("--profiler-config", type=_profiler_config, default=None)
     return p.parse_known_args(argv)
+
+
+def _profiler_config(value: str) -> dict[str, Any]:
+    # vLLM validates the JSON into ProfilerConfig; argparse turns the ValueError into exit 2.
+    data = json.loads(value)
+    if not isinstance(data, dict):
+        raise ValueError("profiler config must be a JSON object")
+    return data
+
+
+def profiler_dir(ns: argparse.Namespace) -> Path | None:
+    """Where torch traces go: ``--profiler-config`` (new) or ``VLLM_TORCH_PROFILER_DIR`` (old).
+
+    None means profiling is off and ``/start_profile`` does not exist, as in vLLM.
+    """
+    cfg: dict[str, Any] | None = ns.profiler_config
+    if cfg is not None:
+        if cfg.get("profiler") != "torch" or not cfg.get("torch_profiler_dir"):
+            return None
+        return Path(os.path.expanduser(str(cfg["torch_profiler_dir"]))).absolute()
+    env = os.environ.get("VLLM_TORCH_PROFILER_DIR")
+    return Path(os.path.expanduser(env)).absolute() if env else None
+
+
+def dynamic_profiling() -> bool:
+    """True when started with ``PROFILING_MODE=dynamic`` (msprof may attach)."""
+    return os.environ.get("PROFILING_MODE", "").strip().lower() == "dynamic"
 
 
 def build_config(ns: argparse.Namespace) -> ServeConfig:

@@ -7,13 +7,16 @@ block /health probes, like uvicorn's event loop does not.
 from __future__ import annotations
 
 import json
+import threading
 import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 from ascend_doctor.sim.engine import TTFT_BUCKETS, Engine
-from ascend_doctor.sim.vlog import API
+from ascend_doctor.sim.msprof import write_ascend_pt
+from ascend_doctor.sim.vlog import API, ENGINE
 
 VERSION = "0.11.0"
 
@@ -95,8 +98,13 @@ class SimServer(ThreadingHTTPServer):
     engine: Engine
     """Set by the server once start-up succeeded, before serving begins."""
 
-    def __init__(self, addr: tuple[str, int]) -> None:
+    def __init__(self, addr: tuple[str, int], profiler_dir: Path | None = None) -> None:
         super().__init__(addr, Handler)
+        self.profiler_dir = profiler_dir
+        """Torch trace directory; None means no /start_profile route (404), as in vLLM."""
+        self.profile_started: float | None = None
+        """Wall time of the running capture's start, None when not profiling."""
+        self.profile_lock = threading.Lock()
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -155,10 +163,14 @@ class Handler(BaseHTTPRequestHandler):
             self._json(404, {"detail": "Not Found"})
 
     def do_POST(self) -> None:
-        """/v1/completions; everything else is 404 (profiling is not enabled)."""
+        """/v1/completions, and /start_profile, /stop_profile with a profiler dir; else 404."""
         length = int(self.headers.get("content-length") or 0)
         raw = self.rfile.read(length) if length else b""
-        if self.path.split("?", 1)[0] != "/v1/completions":
+        path = self.path.split("?", 1)[0]
+        if path in ("/start_profile", "/stop_profile") and self.server.profiler_dir is not None:
+            self._profile(path == "/start_profile", self.server.profiler_dir)
+            return
+        if path != "/v1/completions":
             self._json(404, {"detail": "Not Found"})
             return
         try:
@@ -169,6 +181,33 @@ class Handler(BaseHTTPRequestHandler):
             self._error(400, "BadRequestError", f"Invalid JSON body: {exc}")
             return
         self._complete(body)
+
+    def _profile(self, start: bool, root: Path) -> None:
+        # vLLM answers 200 with an empty body once the engine has started or stopped.
+        srv, out = self.server, self.server.engine.out
+        with srv.profile_lock:
+            if start:
+                out.log(API, "INFO", "api_server.py:1028", "Starting profiler...")
+                if srv.profile_started is None:
+                    srv.profile_started = time.time()
+                out.log(API, "INFO", "api_server.py:1030", "Profiler started.")
+            else:
+                out.log(API, "INFO", "api_server.py:1036", "Stopping profiler...")
+                began, srv.profile_started = srv.profile_started, None
+                if began is not None:
+                    top = write_ascend_pt(root, out.pid, began, time.time(), self._device())
+                    out.log(
+                        ENGINE,
+                        "INFO",
+                        "torch_npu_profiler.py:88",
+                        f"Profiling data is saved in {top}",
+                    )
+                out.log(API, "INFO", "api_server.py:1038", "Profiler stopped.")
+        self._send(200, b"")
+
+    def _device(self) -> int:
+        devices = self.server.engine.cfg.devices
+        return devices[0] if devices else 0
 
     def _complete(self, body: dict[str, Any]) -> None:
         engine = self.server.engine

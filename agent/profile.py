@@ -1,0 +1,397 @@
+"""``ascend-doctor profile``: capture a profile of the live server and record it.
+
+Two ways in (FORMATS.md sections 4 and 5):
+
+- ``torch``: vLLM started with ``--profiler-config`` (or ``VLLM_TORCH_PROFILER_DIR``) has
+  ``POST /start_profile`` and ``POST /stop_profile``; the trace lands in a new
+  ``*_ascend_pt`` directory under the profiler dir the server was started with.
+- ``msprof``: a server started with ``PROFILING_MODE=dynamic`` accepts
+  ``msprof --dynamic=on --pid=PID --output=DIR``, driven by ``start``/``stop``/``quit`` on
+  its prompt; the capture lands in a new ``PROF_*`` directory under DIR.
+
+Each capture is recorded as an artifact (kind, path, size, time span) in the store's meta.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+import httpx
+
+from ascend_doctor.core.errors import DoctorError
+from ascend_doctor.core.store import Store
+
+ARTIFACTS_KEY = "artifacts"
+"""Store meta key holding the list of recorded artifacts."""
+TORCH_KIND = "torch_profile"
+MSPROF_KIND = "msprof_profile"
+MODES = ("auto", "torch", "msprof")
+
+
+class ProfileError(DoctorError):
+    """A capture could not be taken; the message is shown as one line."""
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """One captured profile on disk."""
+
+    kind: str
+    """``torch_profile`` or ``msprof_profile``."""
+    path: str
+    """Absolute path of the capture's top directory."""
+    size_bytes: int
+    """Total size of the files under ``path``."""
+    started_at: float
+    """Wall time (epoch seconds) the capture was started."""
+    ended_at: float
+    """Wall time (epoch seconds) the capture was stopped."""
+
+
+def dir_size(path: Path) -> int:
+    """Total size in bytes of the regular files under ``path``."""
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def record_artifact(state_dir: Path, artifact: Artifact) -> None:
+    """Append ``artifact`` to the store's ``artifacts`` meta list."""
+    store = Store.in_dir(state_dir)
+    try:
+        items = store.meta(ARTIFACTS_KEY) or []
+        store.set_meta(ARTIFACTS_KEY, [*items, asdict(artifact)])
+    finally:
+        store.close()
+
+
+def _new_dirs(root: Path, pattern: str, before: set[Path]) -> list[Path]:
+    if not root.is_dir():
+        return []
+    found = [p for p in root.glob(pattern) if p.is_dir() and p not in before]
+    return sorted(found, key=lambda p: p.stat().st_mtime)
+
+
+async def _await_new_dir(root: Path, pattern: str, before: set[Path], timeout: float) -> Path:
+    # The trace is written after stop returns on real hardware; give it time to appear.
+    deadline = time.monotonic() + timeout
+    while True:
+        found = _new_dirs(root, pattern, before)
+        if found:
+            return found[-1]
+        if time.monotonic() > deadline:
+            raise ProfileError(f"no new {pattern} directory appeared under {root} in {timeout}s")
+        await asyncio.sleep(0.1)
+
+
+async def _wait(duration: float, label: str) -> None:
+    """Sleep ``duration`` seconds, with a progress bar when stdout is a terminal."""
+    if not sys.stdout.isatty():
+        await asyncio.sleep(duration)
+        return
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), TimeRemainingColumn(), transient=True
+    ) as bar:
+        task = bar.add_task(label, total=duration)
+        end = time.monotonic() + duration
+        while (left := end - time.monotonic()) > 0:
+            await asyncio.sleep(min(0.2, left))
+            bar.update(task, completed=duration - max(0.0, end - time.monotonic()))
+
+
+# -- torch -----------------------------------------------------------------------------
+
+
+async def _post(client: httpx.AsyncClient, url: str) -> int:
+    try:
+        return (await client.post(url)).status_code
+    except httpx.HTTPError as exc:
+        raise ProfileError(f"cannot reach {url}: {exc or type(exc).__name__}") from None
+
+
+async def torch_start(client: httpx.AsyncClient, url: str) -> bool:
+    """POST /start_profile; False when the route does not exist (no profiler config)."""
+    status = await _post(client, f"{url}/start_profile")
+    if status == 404:
+        return False
+    if status != 200:
+        raise ProfileError(f"POST {url}/start_profile answered {status}")
+    return True
+
+
+async def torch_capture(
+    url: str, profiler_dir: Path, duration: float, timeout: float, started: bool = False
+) -> Artifact:
+    """Start (unless ``started``), wait, stop, and locate the new ``*_ascend_pt`` directory."""
+    before = set(profiler_dir.glob("*_ascend_pt")) if profiler_dir.is_dir() else set()
+    async with httpx.AsyncClient(trust_env=False, timeout=timeout) as client:
+        began = time.time()
+        if not started and not await torch_start(client, url):
+            raise ProfileError(
+                f"{url}/start_profile is 404: the server was not started with "
+                "--profiler-config (or VLLM_TORCH_PROFILER_DIR)"
+            )
+        try:
+            await _wait(duration, "torch profile")
+        finally:
+            status = await _post(client, f"{url}/stop_profile")
+        ended = time.time()
+        if status != 200:
+            raise ProfileError(f"POST {url}/stop_profile answered {status}")
+    top = await _await_new_dir(profiler_dir, "*_ascend_pt", before, timeout)
+    return Artifact(TORCH_KIND, str(top.resolve()), dir_size(top), began, ended)
+
+
+# -- msprof ----------------------------------------------------------------------------
+
+
+def find_msprof(given: str | None) -> str | None:
+    """The msprof binary: ``given`` (a path or name) or the one on PATH; None if absent."""
+    return shutil.which(given or "msprof")
+
+
+async def _send(proc: asyncio.subprocess.Process, line: str) -> None:
+    assert proc.stdin is not None
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        proc.stdin.write(line.encode() + b"\n")
+        await proc.stdin.drain()
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip().lstrip("> ").strip() for ln in text.splitlines()]
+    lines = [ln for ln in lines if ln]
+    return lines[-1] if lines else "no output"
+
+
+async def msprof_capture(
+    msprof: str, pid: int, output: Path, duration: float, timeout: float
+) -> Artifact:
+    """Attach ``msprof --dynamic=on`` to ``pid``, drive start/stop/quit, locate ``PROF_*``."""
+    output.mkdir(parents=True, exist_ok=True)
+    before = set(output.glob("PROF_*"))
+    argv: Sequence[str] = [msprof, "--dynamic=on", f"--pid={pid}", f"--output={output}"]
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+    except OSError as exc:
+        raise ProfileError(f"cannot run {msprof}: {exc.strerror or exc}") from None
+    assert proc.stdout is not None
+    reader = asyncio.ensure_future(proc.stdout.read())
+    try:
+        began = time.time()
+        await _send(proc, "start")
+        # An exit before the window is over is a refusal (bad pid, not dynamic...).
+        await _wait_or_exit(proc, duration)
+        if proc.returncode is None:
+            await _send(proc, "stop")
+            await _send(proc, "quit")
+            if proc.stdin is not None:
+                proc.stdin.close()
+            try:
+                await asyncio.wait_for(proc.wait(), timeout)
+            except TimeoutError:
+                raise ProfileError(f"msprof did not quit within {timeout}s; killed") from None
+        ended = time.time()
+        text = (await asyncio.wait_for(reader, timeout)).decode(errors="replace")
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        reader.cancel()
+    if proc.returncode != 0:
+        raise ProfileError(f"msprof exited {proc.returncode}: {_last_line(text)}")
+    top = await _await_new_dir(output, "PROF_*", before, timeout)
+    return Artifact(MSPROF_KIND, str(top.resolve()), dir_size(top), began, ended)
+
+
+async def _wait_or_exit(proc: asyncio.subprocess.Process, duration: float) -> None:
+    """Wait ``duration`` (progress bar on a tty) unless msprof exits first."""
+    waiter = asyncio.ensure_future(proc.wait())
+    sleeper = asyncio.ensure_future(_wait(duration, "msprof profile"))
+    try:
+        await asyncio.wait({waiter, sleeper}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (waiter, sleeper):
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(waiter, sleeper, return_exceptions=True)
+
+
+# -- choosing --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the operator asked for, from the command line."""
+
+    mode: str
+    duration: float
+    url: str
+    profiler_dir: Path | None
+    pid: int | None
+    msprof: str | None
+    output: Path
+    timeout: float
+
+
+async def capture(req: Request) -> tuple[Artifact, str]:
+    """Take one capture as ``req`` says; return the artifact and why this mode was used."""
+    url = req.url.rstrip("/")
+    if req.mode == "torch":
+        if req.profiler_dir is None:
+            raise ProfileError(
+                "torch mode needs --profiler-dir DIR: the torch_profiler_dir the server "
+                "was started with (--profiler-config or VLLM_TORCH_PROFILER_DIR)"
+            )
+        art = await torch_capture(url, req.profiler_dir, req.duration, req.timeout)
+        return art, "torch mode requested"
+    if req.mode == "msprof":
+        return await _msprof(req), "msprof mode requested"
+    return await _auto(req, url)
+
+
+async def _msprof(req: Request) -> Artifact:
+    if req.pid is None:
+        raise ProfileError(
+            "msprof mode needs --pid PID: the server started with PROFILING_MODE=dynamic"
+        )
+    msprof = find_msprof(req.msprof)
+    if msprof is None:
+        raise ProfileError(_no_msprof(req.msprof))
+    return await msprof_capture(msprof, req.pid, req.output, req.duration, req.timeout)
+
+
+def _no_msprof(given: str | None) -> str:
+    if given:
+        return f"msprof '{given}' not found or not executable"
+    return "msprof not found on PATH (source the CANN toolkit's set_env.sh, or pass --msprof)"
+
+
+async def _auto(req: Request, url: str) -> tuple[Artifact, str]:
+    why_not: list[str] = []
+    if req.profiler_dir is None:
+        why_not.append("torch: no --profiler-dir given")
+    else:
+        try:
+            async with httpx.AsyncClient(trust_env=False, timeout=req.timeout) as client:
+                started = await torch_start(client, url)
+        except ProfileError as exc:
+            why_not.append(f"torch: {exc}")
+        else:
+            if started:
+                art = await torch_capture(
+                    url, req.profiler_dir, req.duration, req.timeout, started=True
+                )
+                return art, f"{url}/start_profile answered"
+            why_not.append(
+                f"torch: {url}/start_profile is 404 (server started without --profiler-config)"
+            )
+    if req.pid is None:
+        why_not.append("msprof: no --pid given")
+    elif find_msprof(req.msprof) is None:
+        why_not.append(f"msprof: {_no_msprof(req.msprof)}")
+    else:
+        return await _msprof(req), f"msprof attached to pid {req.pid} ({'; '.join(why_not)})"
+    raise ProfileError("no profiler available; " + "; ".join(why_not))
+
+
+# -- command ---------------------------------------------------------------------------
+
+
+def _show(art: Artifact, why: str) -> None:
+    click.echo(f"profile: {why}")
+    click.echo(
+        f"artifact {art.kind}: {art.path} ({art.size_bytes} bytes, "
+        f"{art.ended_at - art.started_at:.1f}s captured)"
+    )
+
+
+@click.command("profile")
+@click.option(
+    "--mode",
+    type=click.Choice(MODES),
+    default="auto",
+    show_default=True,
+    help="torch: vLLM's /start_profile; msprof: attach to --pid; auto: what the server supports.",
+)
+@click.option("--duration", type=float, default=30.0, show_default=True, help="Seconds to capture.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where the capture ends up (msprof --output; torch traces are copied here). "
+    "Default: STATE_DIR/profiles, else ./profiles.",
+)
+@click.option("--url", default="http://127.0.0.1:8000", show_default=True, help="vLLM server.")
+@click.option(
+    "--profiler-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="torch_profiler_dir the server was started with (required for torch).",
+)
+@click.option(
+    "--pid", type=int, default=None, help="Server pid for msprof (PROFILING_MODE=dynamic)."
+)
+@click.option("--msprof", "msprof_path", default=None, help="msprof binary (default: from PATH).")
+@click.option(
+    "--timeout",
+    type=float,
+    default=60.0,
+    show_default=True,
+    help="Seconds allowed for each step besides the capture itself.",
+)
+@click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Record the artifact in this state dir's store.",
+)
+def profile(
+    mode: str,
+    duration: float,
+    output: Path | None,
+    url: str,
+    profiler_dir: Path | None,
+    pid: int | None,
+    msprof_path: str | None,
+    timeout: float,
+    state_dir: Path | None,
+) -> None:
+    """Capture a profile of the live server (torch profiler or msprof) and record it."""
+    if duration < 0:
+        raise click.ClickException(f"--duration is {duration}: expected seconds >= 0")
+    out = output or ((state_dir / "profiles") if state_dir else Path("profiles"))
+    req = Request(mode, duration, url, profiler_dir, pid, msprof_path, out.absolute(), timeout)
+    try:
+        art, why = asyncio.run(capture(req))
+        if art.kind == TORCH_KIND and output is not None:
+            art = _copy(art, output)
+        if state_dir is not None:
+            record_artifact(state_dir, art)
+    except (DoctorError, OSError) as exc:
+        raise click.ClickException(str(exc)) from None
+    _show(art, why)
+
+
+def _copy(art: Artifact, output: Path) -> Artifact:
+    src = Path(art.path)
+    output.mkdir(parents=True, exist_ok=True)
+    dst = output.absolute() / src.name
+    if dst.resolve() != src.resolve():
+        shutil.copytree(src, dst, dirs_exist_ok=True)
+    fields: dict[str, Any] = {**asdict(art), "path": str(dst.resolve())}
+    return Artifact(**fields)
