@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import json
 import logging
 import os
 import shutil
@@ -156,6 +158,7 @@ class Daemon:
                 clock=time.time,
                 own_pids=self._own_pids,
                 supervised=spec is not None,
+                profile_capture=self._capture_profile,
                 diagnostics_dir=state_dir / "diagnostics",
                 log_paths=lambda: [t for t in self.tailer.paths()],
             ),
@@ -168,7 +171,21 @@ class Daemon:
         """The base launch spec with every stored override applied (empty when observing)."""
         if self.base_spec is None:
             return LaunchSpec(())
-        return self.base_spec.apply(self.store.overrides())
+        spec = self.base_spec.apply(self.store.overrides())
+        prof = self.config.profiling
+        if prof.enabled and prof.legacy_env:
+            spec = spec.with_env("VLLM_TORCH_PROFILER_DIR", str(self.torch_profile_dir))
+        elif prof.enabled and spec.flag("--profiler-config") is None:
+            cfg = {"profiler": "torch", "torch_profiler_dir": str(self.torch_profile_dir)}
+            spec = spec.with_flag("--profiler-config", json.dumps(cfg))
+        if prof.msprof:
+            spec = spec.with_env("PROFILING_MODE", "dynamic")
+        return spec
+
+    @property
+    def torch_profile_dir(self) -> Path:
+        """Where the server writes torch profiles when ``profiling.enabled``."""
+        return self.state_dir / "profiles" / "torch"
 
     def _server_env(self) -> dict[str, str]:
         env = dict(self.base_env)
@@ -199,6 +216,16 @@ class Daemon:
         waker = Waker(wake)
         if self.config.logs.inotify:
             waker.start(self.tailer.watch_dirs())
+        if self.base_spec is not None and self.config.profiling.enabled:
+            self.torch_profile_dir.mkdir(parents=True, exist_ok=True)
+            self.store.set_meta(
+                "profiling",
+                {
+                    "torch_dir": str(self.torch_profile_dir),
+                    "url": self.config.server.health_url or self.base_spec.health_base_url(),
+                    "msprof": self.config.profiling.msprof,
+                },
+            )
         if self.base_spec is not None:
             self.store.set_meta(
                 "launch", {"argv": list(self.base_spec.argv), "env": dict(self.base_spec.env)}
@@ -413,6 +440,20 @@ class Daemon:
         async with self._lock:
             restart = await self._remediate(list(self._pending))
         return ExitDecision.RESTART if restart else ExitDecision.BACKOFF
+
+    async def _capture_profile(self) -> dict[str, Any]:
+        """Record a torch profile of the running server (the capture_profile action)."""
+        from ascend_doctor.agent.profile import torch_capture
+
+        prof = self.config.profiling
+        if self.base_spec is None or not prof.enabled:
+            raise RuntimeError("profiling.enabled is off: the server has no profiler")
+        url = self.config.server.health_url or self.base_spec.health_base_url()
+        art = await torch_capture(url, self.torch_profile_dir, prof.capture_seconds, timeout=60)
+        artifacts = list(self.store.meta("artifacts") or [])
+        artifacts.append(dataclasses.asdict(art))
+        self.store.set_meta("artifacts", artifacts)
+        return dataclasses.asdict(art)
 
     async def _stop_server(self, reason: str) -> None:
         if self.supervisor is not None:

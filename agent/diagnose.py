@@ -35,6 +35,7 @@ ACTION_TEXT = {
     "reset_device": "reset the device with npu-smi set -t reset (server stopped)",
     "restart": "restart the server",
     "collect_diagnostics": "collect npu-smi output and log tails",
+    "capture_profile": "capture a profile of the live server",
 }
 
 

@@ -336,12 +336,17 @@ def _show(art: Artifact, why: str) -> None:
     help="Where the capture ends up (msprof --output; torch traces are copied here). "
     "Default: STATE_DIR/profiles, else ./profiles.",
 )
-@click.option("--url", default="http://127.0.0.1:8000", show_default=True, help="vLLM server.")
+@click.option(
+    "--url",
+    default=None,
+    help="vLLM server (default: the watched server's, from --state-dir; else 127.0.0.1:8000).",
+)
 @click.option(
     "--profiler-dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="torch_profiler_dir the server was started with (required for torch).",
+    help="torch_profiler_dir the server was started with (default: from --state-dir when"
+    " the doctor started it with profiling.enabled).",
 )
 @click.option(
     "--pid", type=int, default=None, help="Server pid for msprof (PROFILING_MODE=dynamic)."
@@ -364,7 +369,7 @@ def profile(
     mode: str,
     duration: float,
     output: Path | None,
-    url: str,
+    url: str | None,
     profiler_dir: Path | None,
     pid: int | None,
     msprof_path: str | None,
@@ -374,6 +379,9 @@ def profile(
     """Capture a profile of the live server (torch profiler or msprof) and record it."""
     if duration < 0:
         raise click.ClickException(f"--duration is {duration}: expected seconds >= 0")
+    if state_dir is not None:
+        url, profiler_dir, pid = _from_state(state_dir, url, profiler_dir, pid)
+    url = url or "http://127.0.0.1:8000"
     out = output or ((state_dir / "profiles") if state_dir else Path("profiles"))
     req = Request(mode, duration, url, profiler_dir, pid, msprof_path, out.absolute(), timeout)
     try:
@@ -385,6 +393,28 @@ def profile(
     except (DoctorError, OSError) as exc:
         raise click.ClickException(str(exc)) from None
     _show(art, why)
+
+
+def _from_state(
+    state_dir: Path, url: str | None, profiler_dir: Path | None, pid: int | None
+) -> tuple[str | None, Path | None, int | None]:
+    """What the watching doctor knows: the server's URL, profiler dir and pid."""
+    try:
+        store = Store.in_dir(state_dir, readonly=True)
+    except DoctorError:
+        return url, profiler_dir, pid
+    try:
+        prof = store.meta("profiling") or {}
+        server = store.meta("server") or {}
+    finally:
+        store.close()
+    if profiler_dir is None and prof.get("torch_dir"):
+        profiler_dir = Path(prof["torch_dir"])
+    if url is None and prof.get("url"):
+        url = str(prof["url"])
+    if pid is None and prof.get("msprof") and server.get("state") == "RUNNING":
+        pid = server.get("pid")
+    return url, profiler_dir, pid
 
 
 def _copy(art: Artifact, output: Path) -> Artifact:

@@ -153,6 +153,20 @@ class RemediationConfig:
 
 
 @dataclass(frozen=True)
+class ProfilingConfig:
+    """Profiles on demand (``ascend-doctor profile``, the ``capture_profile`` action)."""
+
+    enabled: bool = False
+    """Start the server with ``--profiler-config`` writing under the state dir (torch)."""
+    legacy_env: bool = False
+    """Old vLLM: set ``VLLM_TORCH_PROFILER_DIR`` instead of ``--profiler-config``."""
+    msprof: bool = False
+    """Start the server with ``PROFILING_MODE=dynamic`` so msprof can attach."""
+    capture_seconds: float = 10.0
+    """How long the ``capture_profile`` remediation action records."""
+
+
+@dataclass(frozen=True)
 class RulesConfig:
     """Where rules come from besides the shipped packs."""
 
@@ -184,6 +198,8 @@ class Config:
     """``[incidents]``."""
     rules: RulesConfig = field(default_factory=RulesConfig)
     """``[rules]``."""
+    profiling: ProfilingConfig = field(default_factory=ProfilingConfig)
+    """``[profiling]``."""
 
 
 _CHOICES: dict[str, tuple[str, ...]] = {
@@ -326,6 +342,7 @@ __all__ = [
     "LogsConfig",
     "NpuSmiConfig",
     "ProcessConfig",
+    "ProfilingConfig",
     "RemediationConfig",
     "RulesConfig",
     "ServerConfig",

@@ -61,6 +61,8 @@ class Context:
     """PIDs this server has had (not foreign holders of a device)."""
     supervised: bool = True
     """False when the doctor only observes: it cannot change or restart the server."""
+    profile_capture: Callable[[], Awaitable[dict[str, Any]]] | None = None
+    """Records a profile of the running server; None when profiling is not set up."""
     diagnostics_dir: Path | None = None
     """Where collect_diagnostics writes its snapshots (None: do not write)."""
     log_paths: Callable[[], list[str]] = field(default_factory=lambda: list)
@@ -251,6 +253,20 @@ async def collect_diagnostics(
     return Done(Outcome.OK, f"snapshot in {out}", {"dir": str(out), "files": files})
 
 
+async def capture_profile(
+    ctx: Context, inc: Incident, params: dict[str, Any], ev: Evidence
+) -> Done:
+    """Record a profile of the live server before it is restarted (optional: a refusal
+    does not stop the rest of the step)."""
+    if ctx.profile_capture is None or not ctx.server_running():
+        return Done(Outcome.REFUSED, "no running server with a profiler to capture")
+    try:
+        artifact = await ctx.profile_capture()
+    except Exception as exc:
+        return Done(Outcome.FAILED, f"profile not captured: {exc}")
+    return Done(Outcome.OK, f"profile recorded in {artifact.get('path')}", artifact)
+
+
 async def restart(ctx: Context, inc: Incident, params: dict[str, Any], ev: Evidence) -> Done:
     """Restart the server with the launch spec as it now stands."""
     return Done(Outcome.OK, "restart the server", {}, restart=True)
@@ -339,6 +355,9 @@ ACTS_ON_SERVER = frozenset(
 )
 """Actions that change, stop or restart the server: only for a supervised server."""
 
+OPTIONAL = frozenset({"collect_diagnostics", "capture_profile"})
+"""Actions whose refusal or failure does not stop the rest of their step."""
+
 ACTIONS: dict[str, Action] = {
     "lower_max_model_len": lower_max_model_len,
     "lower_gpu_memory_utilization": lower_gpu_memory_utilization,
@@ -349,7 +368,8 @@ ACTIONS: dict[str, Action] = {
     "enforce_eager": enforce_eager,
     "raise_hccl_timeout": raise_hccl_timeout,
     "collect_diagnostics": collect_diagnostics,
+    "capture_profile": capture_profile,
 }
 """Every action by name; rules name these."""
 
-__all__ = ["ACTIONS", "ACTS_ON_SERVER", "Context", "Done", "Evidence"]
+__all__ = ["ACTIONS", "ACTS_ON_SERVER", "OPTIONAL", "Context", "Done", "Evidence"]

@@ -14,6 +14,7 @@ from typing import Any
 from ascend_doctor.agent.remediation.actions import (
     ACTIONS,
     ACTS_ON_SERVER,
+    OPTIONAL,
     Context,
     Done,
     Evidence,
@@ -71,6 +72,8 @@ class Remediator:
         restart = False
         for planned in step:
             done = await self._run(inc, planned, evidence)
+            if planned.name in OPTIONAL:
+                continue  # recorded; the step goes on without it
             if done.outcome in (Outcome.REFUSED, Outcome.FAILED, Outcome.UNKNOWN):
                 store.update_incident(inc.id, step=inc.step + 1, attempts=inc.attempts + 1)
                 return self._escalate(store.incident(inc.id), f"{planned.name}: {done.reason}")

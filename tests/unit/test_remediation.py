@@ -279,3 +279,22 @@ async def test_observing_only_suggests_what_would_change_the_server(tmp_path: Pa
         ("restart", "suggested"),
     ]
     assert w.store.overrides() == []
+
+
+async def test_optional_actions_do_not_block_the_restart(tmp_path: Path) -> None:
+    from ascend_doctor.core.events import Sample
+    from ascend_doctor.rules import Engine
+
+    w = World(tmp_path, ("vllm", "serve", "m"))
+    engine = Engine(RULES)
+    values = {"health_status": 200, "running": 2, "generation_tokens_delta": 0}
+    engine.evaluate([Sample("vllm", "server", 0, values)])
+    (hang,) = engine.evaluate([Sample("vllm", "server", 60, values)])
+    (inc_id,) = w.incidents.ingest([hang])
+    result = await w.remediator.remediate(inc_id)
+    assert result.restart
+    assert [(a.name, a.outcome.value) for a in w.store.actions(inc_id)] == [
+        ("collect_diagnostics", "refused"),
+        ("capture_profile", "refused"),
+        ("restart", "ok"),
+    ]
