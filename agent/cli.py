@@ -167,11 +167,14 @@ def demo(
     sys.exit(0 if ok else 1)
 
 
-@main.command()
+@main.group(invoke_without_command=True)
 @state_dir_option
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per incident per line.")
-def incidents(state_dir: Path | None, as_json: bool) -> None:
-    """List incidents with their remediation decisions."""
+@click.pass_context
+def incidents(ctx: click.Context, state_dir: Path | None, as_json: bool) -> None:
+    """List incidents with their remediation decisions (or: incidents ack ID)."""
+    if ctx.invoked_subcommand is not None:
+        return
     store = _open_store(_state_dir(state_dir))
     rows = incident_dicts(store)
     store.close()
@@ -291,6 +294,7 @@ def incident_dicts(store: Store) -> list[dict[str, Any]]:
                 "subject": inc.subject,
                 "state": inc.state.value,
                 "severity": Severity(inc.severity).label,
+                "acknowledged": inc.acknowledged,
                 "opened_at": inc.opened_at,
                 "resolved_at": inc.resolved_at,
                 "summary": inc.summary,
@@ -314,6 +318,7 @@ def _register() -> None:
     from ascend_doctor.agent.bundle import bundle
     from ascend_doctor.agent.check import check
     from ascend_doctor.agent.cli_rules import findings, rules_group
+    from ascend_doctor.agent.cli_state import ack, overrides_group, status
     from ascend_doctor.agent.profile import profile
 
     main.add_command(rules_group)
@@ -321,6 +326,9 @@ def _register() -> None:
     main.add_command(check)
     main.add_command(bundle)
     main.add_command(profile)
+    main.add_command(status)
+    main.add_command(overrides_group)
+    incidents.add_command(ack)
 
 
 _register()

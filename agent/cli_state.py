@@ -1,0 +1,158 @@
+"""``ascend-doctor status``, ``overrides`` and ``incidents ack``: the state, as an operator asks."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ascend_doctor.agent.launch import LaunchSpec
+from ascend_doctor.core.config import default_state_dir
+from ascend_doctor.core.errors import DoctorError
+from ascend_doctor.core.events import IncidentState
+from ascend_doctor.core.store import STORE_NAME, Store
+
+state_dir_option = click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="The doctor's state dir.",
+)
+
+
+def _store(state_dir: Path | None, *, write: bool = False) -> Store:
+    d = state_dir or default_state_dir()
+    if not (d / STORE_NAME).exists():
+        raise click.ClickException(f"{d / STORE_NAME}: no store here (has the doctor run?)")
+    try:
+        return Store.in_dir(d, readonly=not write)
+    except DoctorError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def status_dict(store: Store) -> dict[str, Any]:
+    """What ``status --json`` prints."""
+    launch = store.meta("launch") or {}
+    overrides = store.overrides()
+    spec = LaunchSpec(tuple(launch.get("argv", ())), dict(launch.get("env", {})))
+    effective = spec.apply(overrides)
+    open_incidents = store.incidents(states=(IncidentState.OPEN, IncidentState.MITIGATING))
+    collectors = {}
+    for name in ("npu_smi", "vllm", "process"):
+        value = store.meta(f"collector.{name}")
+        if value is not None:
+            collectors[name] = value
+    return {
+        "server": store.meta("server"),
+        "doctor": store.meta("doctor"),
+        "launch": {"argv": list(effective.argv), "env": dict(effective.env)},
+        "overrides": [
+            {"key": o.key, "kind": o.kind, "value": o.value, "incident": o.incident_id, "at": o.at}
+            for o in overrides
+        ],
+        "open_incidents": [
+            {
+                "id": i.id,
+                "category": i.category.value,
+                "state": i.state.value,
+                "attempts": i.attempts,
+                "summary": i.summary,
+            }
+            for i in open_incidents
+        ],
+        "collectors": collectors,
+    }
+
+
+@click.command("status")
+@state_dir_option
+@click.option("--json", "as_json", is_flag=True, help="The same as one JSON object.")
+def status(state_dir: Path | None, as_json: bool) -> None:
+    """Server state, the effective launch command with each learned override, open incidents."""
+    store = _store(state_dir)
+    try:
+        data = status_dict(store)
+    finally:
+        store.close()
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+        return
+    server = data["server"] or {}
+    doctor = data["doctor"] or {}
+    click.echo(
+        f"server: {server.get('state', 'unknown')}"
+        + (f" (pid {server['pid']})" if server.get("pid") else "")
+        + (f": {server['reason']}" if server.get("reason") else "")
+    )
+    click.echo(f"remediation mode: {doctor.get('mode', 'unknown')}")
+    if data["launch"]["argv"]:
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in data["launch"]["env"].items())
+        click.echo("launch: " + (env + " " if env else "") + shlex.join(data["launch"]["argv"]))
+    for o in data["overrides"]:
+        shown = o["key"] if o["kind"] == "flag" else f"{o['key']}={o['value']}"
+        click.echo(f"  override {shown} (learned from incident #{o['incident']})")
+    for i in data["open_incidents"]:
+        click.echo(
+            f"open incident #{i['id']} {i['state']} {i['category']}: {i['summary']}"
+            f" ({i['attempts']} attempts)"
+        )
+    for name, c in data["collectors"].items():
+        ok = "ok" if c.get("ok") else f"failing: {c.get('last_error')}"
+        click.echo(
+            f"collector {name}: {c.get('runs', 0)} runs, {c.get('failures', 0)} failures, {ok}"
+        )
+
+
+@click.group("overrides")
+def overrides_group() -> None:
+    """Launch changes learned by remediation (applied on every start)."""
+
+
+@overrides_group.command("list")
+@state_dir_option
+def overrides_list(state_dir: Path | None) -> None:
+    """Every stored override and the incident that caused it."""
+    store = _store(state_dir)
+    try:
+        rows = store.overrides()
+    finally:
+        store.close()
+    if not rows:
+        click.echo("no overrides")
+    for o in rows:
+        click.echo(f"{o.kind:4} {o.key} {o.value} (incident #{o.incident_id})")
+
+
+@overrides_group.command("clear")
+@state_dir_option
+def overrides_clear(state_dir: Path | None) -> None:
+    """Forget every override: the next start uses the command as given."""
+    store = _store(state_dir, write=True)
+    try:
+        n = store.clear_overrides()
+    finally:
+        store.close()
+    click.echo(f"cleared {n} overrides; they apply from the server's next start")
+
+
+@click.command("ack")
+@click.argument("incident_id", type=int)
+@state_dir_option
+def ack(incident_id: int, state_dir: Path | None) -> None:
+    """Acknowledge an incident (an operator has seen it)."""
+    store = _store(state_dir, write=True)
+    try:
+        try:
+            inc = store.incident(incident_id)
+        except KeyError:
+            raise click.ClickException(f"no incident #{incident_id}") from None
+        store.update_incident(inc.id, acknowledged=True)
+    finally:
+        store.close()
+    click.echo(f"incident #{incident_id} acknowledged")
+
+
+__all__ = ["ack", "overrides_group", "status", "status_dict"]

@@ -1,0 +1,76 @@
+"""status, overrides list/clear and incidents ack through the real CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ascend_doctor.core.events import Category, Finding, Role, Severity
+from ascend_doctor.core.store import Store
+
+pytestmark = pytest.mark.integration
+
+
+def doctor(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ascend_doctor", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def state_with_an_override(tmp_path: Path) -> Path:
+    state = tmp_path / "state"
+    store = Store.in_dir(state)
+    f = Finding(
+        "vllm-kv-cache-max-len-estimate",
+        Category.KV_CACHE_INSUFFICIENT,
+        Severity.CRITICAL,
+        Role.ROOT,
+        "server",
+        "KV cache too small",
+        at=1.0,
+    )
+    inc = store.open_incident(f)
+    store.set_override("--max-model-len", "arg", "15744", inc.id)
+    store.set_meta(
+        "launch", {"argv": ["vllm", "serve", "m", "--max-model-len", "32768"], "env": {}}
+    )
+    store.set_meta("server", {"state": "RUNNING", "pid": 4242, "reason": "/health answered 200"})
+    store.close()
+    return state
+
+
+def test_status_shows_the_effective_command_and_where_each_change_came_from(
+    tmp_path: Path,
+) -> None:
+    state = state_with_an_override(tmp_path)
+    out = doctor("status", "--state-dir", str(state))
+    assert out.returncode == 0, out.stderr
+    assert "server: RUNNING (pid 4242)" in out.stdout
+    assert "launch: vllm serve m --max-model-len 15744" in out.stdout
+    assert "override --max-model-len=15744 (learned from incident #1)" in out.stdout
+    data = json.loads(doctor("status", "--state-dir", str(state), "--json").stdout)
+    assert data["launch"]["argv"][-2:] == ["--max-model-len", "15744"]
+    assert [i["category"] for i in data["open_incidents"]] == ["kv_cache_insufficient"]
+
+
+def test_overrides_clear_and_incident_ack(tmp_path: Path) -> None:
+    state = state_with_an_override(tmp_path)
+    assert "--max-model-len 15744" in doctor("overrides", "list", "--state-dir", str(state)).stdout
+    assert doctor("overrides", "clear", "--state-dir", str(state)).stdout.startswith("cleared 1")
+    assert doctor("overrides", "list", "--state-dir", str(state)).stdout.strip() == "no overrides"
+    assert doctor("incidents", "ack", "1", "--state-dir", str(state)).returncode == 0
+    (row,) = [
+        json.loads(x)
+        for x in doctor("incidents", "--state-dir", str(state), "--json").stdout.splitlines()
+    ]
+    assert row["acknowledged"] is True
+    missing = doctor("incidents", "ack", "9", "--state-dir", str(state))
+    assert missing.returncode == 1 and "no incident #9" in missing.stderr
