@@ -432,6 +432,10 @@ class Daemon:
             except Exception:
                 log.exception("remediation of incident %d failed", incident_id)
                 continue
+            finally:
+                # evidence that arrived while this step ran (a device reset takes seconds)
+                # belongs to the failure being fixed, not to a failure of the fix
+                self._pending.pop(incident_id, None)
             restart = restart or result.restart
         return restart
 
