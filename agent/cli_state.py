@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import shlex
+import time
 from pathlib import Path
 from typing import Any
 
 import click
 
 from ascend_doctor.agent.launch import LaunchSpec
-from ascend_doctor.core.config import default_state_dir
+from ascend_doctor.agent.remediation.policy import Policy
+from ascend_doctor.core.config import RemediationConfig, default_state_dir
 from ascend_doctor.core.errors import DoctorError
 from ascend_doctor.core.events import IncidentState
 from ascend_doctor.core.store import STORE_NAME, Store
@@ -150,6 +152,7 @@ def ack(incident_id: int, state_dir: Path | None) -> None:
         except KeyError:
             raise click.ClickException(f"no incident #{incident_id}") from None
         store.update_incident(inc.id, acknowledged=True)
+        Policy(store, RemediationConfig(), time.time).acknowledge(inc.category.value)
     finally:
         store.close()
     click.echo(f"incident #{incident_id} acknowledged")

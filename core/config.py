@@ -134,6 +134,12 @@ class RemediationConfig:
     """``auto`` acts, ``suggest`` records what it would do, ``off`` does nothing."""
     dry_run: bool = False
     """Log what would be done without doing it."""
+    budget_per_hour: int = 6
+    """Remediation steps allowed per hour across the host (reserved before acting)."""
+    breaker_count: int = 5
+    """Steps for one category within ``breaker_hours`` before it goes to a human."""
+    breaker_hours: float = 24.0
+    """Window of the circuit breaker, in hours."""
     max_attempts: int = 3
     """Remediation attempts per incident before it is escalated."""
     min_max_model_len: int = 2048

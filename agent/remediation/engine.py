@@ -19,6 +19,7 @@ from ascend_doctor.agent.remediation.actions import (
     Done,
     Evidence,
 )
+from ascend_doctor.agent.remediation.policy import Policy
 from ascend_doctor.core.events import (
     ActionResult,
     Incident,
@@ -46,6 +47,7 @@ class Remediator:
 
     def __init__(self, ctx: Context, rules: RuleSet) -> None:
         self.ctx = ctx
+        self.policy = Policy(ctx.store, ctx.config, ctx.clock)
         self.steps: dict[str, tuple[tuple[PlannedAction, ...], ...]] = {}
         for rule in rules.text:
             self.steps[rule.id] = rule.remediation
@@ -68,6 +70,11 @@ class Remediator:
             why = "no remediation step left" if steps else "no automatic fix for this failure"
             return self._escalate(inc, why)
         step = steps[inc.step]
+        if cfg.mode == "auto" and not cfg.dry_run:
+            verdict = self.policy.reserve(inc.category.value)
+            if not verdict.allowed:
+                self._record(inc, "plan", Outcome.REFUSED, verdict.reason, {})
+                return self._escalate(inc, verdict.reason)
         evidence = self._evidence(inc)
         restart = False
         for planned in step:

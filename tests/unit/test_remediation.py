@@ -298,3 +298,57 @@ async def test_optional_actions_do_not_block_the_restart(tmp_path: Path) -> None
         ("capture_profile", "refused"),
         ("restart", "ok"),
     ]
+
+
+async def test_host_budget_is_reserved_and_persists(tmp_path: Path) -> None:
+    w = World(tmp_path, ("vllm", "serve", "m", "--max-model-len", "32768"), budget_per_hour=2)
+    for rule, caps in (("vllm-kv-cache-max-len-estimate", KV), ("torch-npu-oom", {})):
+        (inc_id,) = w.incidents.ingest([w.finding(rule, caps, 10)])
+        assert (await w.remediator.remediate(inc_id)).restart
+        w.store.update_incident(inc_id, state=IncidentState.RESOLVED)
+        w.now += 60
+    # a new doctor (a crash loop restarts it) reads the same budget from the store
+    fresh = Remediator(w.ctx, RULES)
+    (inc_id,) = w.incidents.ingest([w.finding("torch-npu-oom", {}, 30)])
+    result = await fresh.remediate(inc_id)
+    assert result.escalated and not result.restart
+    refused = w.store.actions(inc_id)[0]
+    assert w.store.overrides()[-1].incident_id != inc_id  # nothing was changed for it
+    assert refused.outcome == "refused"
+    assert refused.reason == "host budget of 2 remediations per hour is used up"
+    w.now += 3600  # an hour later the budget is back
+    (inc_id,) = w.incidents.ingest([w.finding("torch-npu-oom", {}, 40)])
+    assert (await fresh.remediate(inc_id)).restart
+
+
+async def test_circuit_breaker_until_acknowledged(tmp_path: Path) -> None:
+    w = World(tmp_path, ("vllm", "serve", "m"), breaker_count=2, budget_per_hour=100)
+    for offset in (10, 20):
+        (inc_id,) = w.incidents.ingest([w.finding("torch-npu-oom", {}, offset)])
+        assert (await w.remediator.remediate(inc_id)).restart
+        w.store.update_incident(inc_id, state=IncidentState.RESOLVED)
+        w.now += 600
+    (inc_id,) = w.incidents.ingest([w.finding("torch-npu-oom", {}, 30)])
+    result = await w.remediator.remediate(inc_id)
+    assert result.escalated
+    assert "npu_oom was remediated 2 times in 24h: a human must look" in (
+        w.store.actions(inc_id)[0].reason
+    )
+    w.remediator.policy.acknowledge("npu_oom")
+    w.now += 1
+    (inc_id,) = w.incidents.ingest([w.finding("torch-npu-oom", {}, 40)])
+    assert (await w.remediator.remediate(inc_id)).restart
+
+
+async def test_corrupt_budget_record_fails_closed(tmp_path: Path) -> None:
+    from ascend_doctor.agent.remediation.policy import HISTORY
+
+    w = World(tmp_path, ("vllm", "serve", "m"))
+    w.store.set_meta(HISTORY, {"not": "a list"})
+    (inc_id,) = w.incidents.ingest([w.finding("torch-npu-oom", {}, 10)])
+    result = await w.remediator.remediate(inc_id)
+    assert result.escalated and not result.restart
+    assert w.store.actions(inc_id)[0].reason.startswith(
+        "budget record unreadable, failing closed: store meta 'remediation.history' is corrupt"
+    )
+    assert w.store.overrides() == []

@@ -1,0 +1,90 @@
+"""Host-wide brakes on remediation, persisted in the store so that a doctor restarted in a
+crash loop does not get a fresh budget.
+
+- A budget of steps per hour across the host, reserved before a step acts.
+- A circuit breaker: the same category remediated ``breaker_count`` times within
+  ``breaker_hours`` goes to a human and stays there until an incident of that category is
+  acknowledged (``ascend-doctor incidents ack ID``).
+- A record that cannot be read fails closed: no action, and an error that says why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ascend_doctor.core.config import RemediationConfig
+from ascend_doctor.core.store import Store
+
+HISTORY = "remediation.history"
+"""Store meta key: ``[{"at": epoch, "category": id}, ...]`` of steps that acted."""
+ACKED = "remediation.acknowledged"
+"""Store meta key: ``{category: epoch}`` of the last acknowledgement per category."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether a step may act, and why not."""
+
+    allowed: bool
+    reason: str = ""
+
+
+class Policy:
+    """Budget and circuit breaker over the store's history of remediation steps."""
+
+    def __init__(self, store: Store, config: RemediationConfig, clock: Callable[[], float]):
+        self.store = store
+        self.config = config
+        self.clock = clock
+
+    def _history(self) -> list[dict[str, Any]]:
+        raw = self.store.meta(HISTORY)
+        if raw is None:
+            return []
+        if not isinstance(raw, list) or not all(
+            isinstance(e, dict)
+            and isinstance(e.get("at"), int | float)
+            and isinstance(e.get("category"), str)
+            for e in raw
+        ):
+            raise ValueError(f"store meta '{HISTORY}' is corrupt: {str(raw)[:80]!r}")
+        return raw
+
+    def reserve(self, category: str) -> Verdict:
+        """Check the brakes and, when they allow it, book one step before it acts."""
+        now = self.clock()
+        try:
+            history = self._history()
+            acked = self.store.meta(ACKED) or {}
+            if not isinstance(acked, dict):
+                raise ValueError(f"store meta '{ACKED}' is corrupt")
+        except ValueError as exc:
+            return Verdict(False, f"budget record unreadable, failing closed: {exc}")
+        last_hour = [e for e in history if now - e["at"] < 3600]
+        if len(last_hour) >= self.config.budget_per_hour:
+            return Verdict(
+                False,
+                f"host budget of {self.config.budget_per_hour} remediations per hour is used up",
+            )
+        since = max(now - self.config.breaker_hours * 3600, float(acked.get(category, 0.0)))
+        same = [e for e in history if e["category"] == category and e["at"] > since]
+        if len(same) >= self.config.breaker_count:
+            return Verdict(
+                False,
+                f"{category} was remediated {len(same)} times in {self.config.breaker_hours:g}h:"
+                " a human must look (acknowledge an incident of it to re-arm)",
+            )
+        keep = [e for e in history if now - e["at"] < self.config.breaker_hours * 3600]
+        self.store.set_meta(HISTORY, [*keep, {"at": now, "category": category}])
+        return Verdict(True)
+
+    def acknowledge(self, category: str) -> None:
+        """An operator looked at this category: the breaker re-arms."""
+        acked = self.store.meta(ACKED)
+        acked = acked if isinstance(acked, dict) else {}
+        self.store.set_meta(ACKED, {**acked, category: self.clock()})
+
+
+__all__ = ["ACKED", "HISTORY", "Policy", "Verdict"]
