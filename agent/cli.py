@@ -175,7 +175,9 @@ def incidents(ctx: click.Context, state_dir: Path | None, as_json: bool) -> None
     """List incidents with their remediation decisions (or: incidents ack ID)."""
     if ctx.invoked_subcommand is not None:
         return
-    store = _open_store(_state_dir(state_dir))
+    from ascend_doctor.agent.cli_state import open_store
+
+    store = open_store(state_dir)
     rows = incident_dicts(store)
     store.close()
     if as_json:
@@ -274,13 +276,6 @@ def _print_report(rep: dict[str, Any]) -> None:
         click.echo(f"  {t['at'] or '?':26} {t['role']:7} {t['rule']:36} {t['path']}:{t['line']}")
     for u in rep["unreadable"]:
         click.echo(f"unreadable: {u['path']}: {u['error']}", err=True)
-
-
-def _open_store(state_dir: Path) -> Store:
-    try:
-        return Store.in_dir(state_dir, readonly=True)
-    except DoctorError as exc:
-        raise click.ClickException(str(exc)) from None
 
 
 def incident_dicts(store: Store) -> list[dict[str, Any]]:

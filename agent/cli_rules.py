@@ -139,13 +139,9 @@ def _print_finding(f: Any, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per finding per line.")
 def findings(state_dir: Path | None, as_json: bool) -> None:
     """The stored findings, oldest first."""
-    from ascend_doctor.core.config import default_state_dir
-    from ascend_doctor.core.store import Store
+    from ascend_doctor.agent.cli_state import open_store
 
-    try:
-        store = Store.in_dir(state_dir or default_state_dir(), readonly=True)
-    except DoctorError as exc:
-        raise click.ClickException(str(exc)) from None
+    store = open_store(state_dir)
     rows = store.findings()
     store.close()
     for r in rows:

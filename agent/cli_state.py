@@ -25,7 +25,8 @@ state_dir_option = click.option(
 )
 
 
-def _store(state_dir: Path | None, *, write: bool = False) -> Store:
+def open_store(state_dir: Path | None, *, write: bool = False) -> Store:
+    """The store of a state dir for a CLI command; a one-line error when there is none."""
     d = state_dir or default_state_dir()
     if not (d / STORE_NAME).exists():
         raise click.ClickException(f"{d / STORE_NAME}: no store here (has the doctor run?)")
@@ -74,7 +75,7 @@ def status_dict(store: Store) -> dict[str, Any]:
 @click.option("--json", "as_json", is_flag=True, help="The same as one JSON object.")
 def status(state_dir: Path | None, as_json: bool) -> None:
     """Server state, the effective launch command with each learned override, open incidents."""
-    store = _store(state_dir)
+    store = open_store(state_dir)
     try:
         data = status_dict(store)
     finally:
@@ -117,7 +118,7 @@ def overrides_group() -> None:
 @state_dir_option
 def overrides_list(state_dir: Path | None) -> None:
     """Every stored override and the incident that caused it."""
-    store = _store(state_dir)
+    store = open_store(state_dir)
     try:
         rows = store.overrides()
     finally:
@@ -132,7 +133,7 @@ def overrides_list(state_dir: Path | None) -> None:
 @state_dir_option
 def overrides_clear(state_dir: Path | None) -> None:
     """Forget every override: the next start uses the command as given."""
-    store = _store(state_dir, write=True)
+    store = open_store(state_dir, write=True)
     try:
         n = store.clear_overrides()
     finally:
@@ -145,7 +146,7 @@ def overrides_clear(state_dir: Path | None) -> None:
 @state_dir_option
 def ack(incident_id: int, state_dir: Path | None) -> None:
     """Acknowledge an incident (an operator has seen it)."""
-    store = _store(state_dir, write=True)
+    store = open_store(state_dir, write=True)
     try:
         try:
             inc = store.incident(incident_id)
@@ -158,4 +159,4 @@ def ack(incident_id: int, state_dir: Path | None) -> None:
     click.echo(f"incident #{incident_id} acknowledged")
 
 
-__all__ = ["ack", "overrides_group", "status", "status_dict"]
+__all__ = ["ack", "open_store", "overrides_group", "status", "status_dict"]
