@@ -152,7 +152,6 @@ class Daemon:
                 server_running=lambda: (
                     self.supervisor is not None and self.supervisor.pid is not None
                 ),
-                server_pid=lambda: self.supervisor.pid if self.supervisor else None,
                 stop_server=self._stop_server,
                 sleep=asyncio.sleep,
                 clock=time.time,

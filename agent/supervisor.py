@@ -105,7 +105,6 @@ class Supervisor:
         self.state = ProcessState.STOPPED
         self.pid: int | None = None
         self.failures = 0  # consecutive starts that never reached RUNNING
-        self.starts = 0
         self.fatal_reason = ""
         self._want_running = False
         self._shutdown = False
@@ -114,7 +113,6 @@ class Supervisor:
         self._proc: asyncio.subprocess.Process | None = None
         self._marker_seen = False
         self._stop_reason = ""
-        self._started_at = 0.0
         self._stopped = asyncio.Event()
         self._stopped.set()
 
@@ -150,13 +148,6 @@ class Supervisor:
     def wants_running(self) -> bool:
         """Whether the server is meant to run (a stop may arrive during any await)."""
         return self._want_running
-
-    @property
-    def running_for(self) -> float:
-        """Seconds since the server became RUNNING (0 when it is not)."""
-        if self.state != ProcessState.RUNNING:
-            return 0.0
-        return self._clock() - self._started_at
 
     async def run_until_idle(self) -> None:
         """Supervise until the server is stopped or FATAL (tests and one-shot use)."""
@@ -201,7 +192,6 @@ class Supervisor:
             return
         self._proc = proc
         self.pid = proc.pid
-        self.starts += 1
         self._stopped.clear()
         assert proc.stdout is not None
         pump = asyncio.create_task(self._pump(proc.stdout))
@@ -209,7 +199,6 @@ class Supervisor:
         if reached_running:
             # STARTING -> RUNNING
             self.failures = 0
-            self._started_at = self._clock()
             self._change_state(ProcessState.RUNNING, reason="/health answered 200")
             await self._watch_running(proc)
         if proc.returncode is None:

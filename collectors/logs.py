@@ -147,11 +147,6 @@ class Tailer:
         self._polls = 0
         self._dirty: dict[str, tuple[str, Checkpoint]] = {}
 
-    def add_source(self, source: Source) -> None:
-        """Follow one more source."""
-        if source not in self.sources:
-            self.sources.append(source)
-
     def paths(self) -> list[str]:
         """Files currently followed."""
         return [p for p, t in self._files.items() if not t.gone]

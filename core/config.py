@@ -245,11 +245,6 @@ def load_config(path: Path | None) -> Config:
     return config
 
 
-def replace(config: Config, **sections: Any) -> Config:
-    """Return ``config`` with whole sections replaced (used by the demo)."""
-    return dataclasses.replace(config, **sections)
-
-
 @dataclass(frozen=True)
 class _Source:
     path: Path
@@ -355,5 +350,4 @@ __all__ = [
     "VllmConfig",
     "default_state_dir",
     "load_config",
-    "replace",
 ]

@@ -393,10 +393,6 @@ class Store:
         ).fetchone()
         return None if row is None else (int(row[0]), str(row[1]), str(row[2]))
 
-    def has_offsets(self) -> bool:
-        """Whether the tailer ever checkpointed anything (not the first start)."""
-        return self._db.execute("SELECT 1 FROM offsets LIMIT 1").fetchone() is not None
-
     def set_offsets(self, items: Sequence[tuple[str, str, int, str, str]]) -> None:
         """Checkpoint (identity, path, offset, head, file_id) in one transaction."""
         if not items:

@@ -49,8 +49,6 @@ class Context:
     """Timeout of read-only npu-smi calls."""
     server_running: Callable[[], bool]
     """Whether the server process exists."""
-    server_pid: Callable[[], int | None]
-    """The server's pid, when it runs."""
     stop_server: Callable[[str], Awaitable[None]]
     """Stop the server (and keep it stopped)."""
     sleep: Callable[[float], Awaitable[None]]

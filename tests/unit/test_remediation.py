@@ -33,7 +33,6 @@ class World:
             npu_smi="npu-smi",
             npu_smi_timeout=1.0,
             server_running=lambda: False,
-            server_pid=lambda: None,
             stop_server=self.stop,
             sleep=lambda s: asyncio.sleep(0),
             clock=lambda: self.now,
