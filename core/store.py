@@ -7,9 +7,10 @@ process; every write is its own short transaction so readers never wait long.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,8 +27,10 @@ from ascend_doctor.core.events import (
     Severity,
 )
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 STORE_NAME = "doctor.db"
+log = logging.getLogger(__name__)
+
 SAMPLES_KEPT = 720  # per (collector, subject): an hour at the default 5 s interval
 
 _SCHEMA = """
@@ -115,6 +118,31 @@ CREATE TABLE IF NOT EXISTS meta (
 """
 
 
+class StoreListener:
+    """Told of every state change the store records, after it is committed (subclass it and
+    override what you need; every method is a no-op here).
+
+    Telemetry and alerts listen here, so that every writer (incident manager, remediator,
+    verifier, CLI requests the daemon carries out) is seen the same way. A listener that
+    raises is logged and isolated; the write it follows stands.
+    """
+
+    def incident_changed(self, before: Incident | None, after: Incident) -> None:
+        """An incident was opened (``before`` is None) or updated."""
+
+    def finding_added(self, finding: Finding, incident_id: int | None) -> None:
+        """A new finding was stored."""
+
+    def action_added(self, incident_id: int, result: ActionResult) -> None:
+        """A remediation decision was recorded."""
+
+    def process_event(self, event: dict[str, Any]) -> None:
+        """A supervisor state change was recorded (the process_events row)."""
+
+    def sample_added(self, collector: str, subject: str, at: float, data: dict[str, Any]) -> None:
+        """A collector sample was stored."""
+
+
 @dataclass(frozen=True, slots=True)
 class Override:
     """A launch change learned by remediation, applied on every later start."""
@@ -153,6 +181,14 @@ class Store:
             raise StoreError(f"{path}: cannot open store: {exc}") from None
         self._db.row_factory = sqlite3.Row
         self._check_version()
+        self.listeners: list[StoreListener] = []
+
+    def _notify(self, call: Callable[[StoreListener], None]) -> None:
+        for listener in self.listeners:
+            try:
+                call(listener)
+            except Exception:  # a failing listener is isolated; the write stands
+                log.exception("store listener %s failed", type(listener).__name__)
 
     @classmethod
     def in_dir(cls, state_dir: Path, *, readonly: bool = False) -> Store:
@@ -164,8 +200,10 @@ class Store:
         self._db.close()
 
     def _migrate(self) -> None:
+        # Every statement of the schema is CREATE ... IF NOT EXISTS and versions only add
+        # tables and indexes, so running the whole schema upgrades any older store.
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
-        if version == 0:
+        if version < SCHEMA_VERSION:
             self._db.executescript(_SCHEMA)
             self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
@@ -174,6 +212,12 @@ class Store:
         if version == 0:
             self._db.close()
             raise StoreError(f"{self.path}: the store is empty (is the doctor still starting?)")
+        if version < SCHEMA_VERSION:
+            self._db.close()
+            raise StoreError(
+                f"{self.path}: store schema version is {version}: expected {SCHEMA_VERSION}"
+                " (start the doctor on it once to upgrade it, or read it with that older version)"
+            )
         if version != SCHEMA_VERSION:
             raise StoreError(
                 f"{self.path}: store schema version is {version}: expected {SCHEMA_VERSION}"
@@ -210,7 +254,9 @@ class Store:
             )
             incident_id = cur.lastrowid
         assert incident_id is not None
-        return self.incident(incident_id)
+        incident = self.incident(incident_id)
+        self._notify(lambda li: li.incident_changed(None, incident))
+        return incident
 
     def incident(self, incident_id: int) -> Incident:
         """One incident; KeyError when there is none with that id."""
@@ -254,12 +300,16 @@ class Store:
         }
         values = {k: (int(v) if isinstance(v, Severity | bool) else v) for k, v in values.items()}
         sets = ", ".join(f"{k} = ?" for k in values)
+        before = self.incident(incident_id) if self.listeners else None
         with self._tx() as db:
             db.execute(
                 f"UPDATE incidents SET {sets}, updated_at = ? WHERE id = ?",
                 [*values.values(), time.time(), incident_id],
             )
-        return self.incident(incident_id)
+        after = self.incident(incident_id)
+        if before is not None:
+            self._notify(lambda li: li.incident_changed(before, after))
+        return after
 
     # -- findings ----------------------------------------------------------------------------
 
@@ -293,6 +343,7 @@ class Store:
                 )
         except sqlite3.IntegrityError:
             return False
+        self._notify(lambda li: li.finding_added(finding, incident_id))
         return True
 
     def seen_finding(self, file_id: str, offset: int, rule: str) -> bool:
@@ -337,6 +388,7 @@ class Store:
                     result.at,
                 ),
             )
+        self._notify(lambda li: li.action_added(incident_id, result))
 
     def actions(self, incident_id: int) -> list[ActionResult]:
         """The decisions of an incident, in order."""
@@ -419,6 +471,7 @@ class Store:
                 "DELETE FROM samples WHERE collector = ? AND subject = ? AND id <= ?",
                 (collector, subject, cur.lastrowid - SAMPLES_KEPT),
             )
+        self._notify(lambda li: li.sample_added(collector, subject, at, data))
 
     def latest_samples(self, collector: str) -> dict[str, dict[str, Any]]:
         """The newest sample of each subject of a collector."""
@@ -444,11 +497,22 @@ class Store:
     ) -> None:
         """Record a supervisor state change."""
         with self._tx() as db:
-            db.execute(
+            cur = db.execute(
                 "INSERT INTO process_events (state, previous, pid, exit_code, crashed, reason, at)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (state, previous, pid, exit_code, int(crashed), reason, at),
             )
+        row = {
+            "id": cur.lastrowid,
+            "state": state,
+            "previous": previous,
+            "pid": pid,
+            "exit_code": exit_code,
+            "crashed": crashed,
+            "reason": reason,
+            "at": at,
+        }
+        self._notify(lambda li: li.process_event(row))
 
     def process_events(self, limit: int = 100) -> list[dict[str, Any]]:
         """The newest supervisor state changes, oldest first."""
@@ -487,4 +551,4 @@ def _incident(row: sqlite3.Row) -> Incident:
     )
 
 
-__all__ = ["SCHEMA_VERSION", "STORE_NAME", "Override", "Store"]
+__all__ = ["SCHEMA_VERSION", "STORE_NAME", "Override", "Store", "StoreListener"]

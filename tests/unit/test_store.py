@@ -1,0 +1,91 @@
+"""The store: schema upgrades and the listeners told of every change."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ascend_doctor.core.errors import StoreError
+from ascend_doctor.core.events import (
+    ActionResult,
+    Category,
+    Finding,
+    Incident,
+    IncidentState,
+    Outcome,
+    Role,
+    Severity,
+)
+from ascend_doctor.core.store import SCHEMA_VERSION, Store, StoreListener
+
+
+def _finding() -> Finding:
+    return Finding(
+        rule="npu-oom",
+        category=Category.NPU_OOM,
+        severity=Severity.ERROR,
+        role=Role.ROOT,
+        subject="device:0",
+        summary="NPU out of memory",
+        path="server.log",
+        offset=10,
+        at=100.0,
+    )
+
+
+class Recorder(StoreListener):
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Any]] = []
+
+    def incident_changed(self, before: Incident | None, after: Incident) -> None:
+        self.calls.append(("incident", (before and before.state, after.state)))
+
+    def action_added(self, incident_id: int, result: ActionResult) -> None:
+        self.calls.append(("action", result.name))
+
+    def process_event(self, event: dict[str, Any]) -> None:
+        self.calls.append(("process", event["state"]))
+
+
+class Broken(StoreListener):
+    def finding_added(self, finding: Finding, incident_id: int | None) -> None:
+        raise RuntimeError("listener bug")
+
+
+def test_listeners_see_every_change_and_a_broken_one_is_isolated(tmp_path: Path) -> None:
+    store = Store.in_dir(tmp_path)
+    rec = Recorder()
+    store.listeners += [Broken(), rec]
+    inc = store.open_incident(_finding())
+    assert store.add_finding(_finding(), inc.id)  # Broken raises; the write stands
+    store.update_incident(inc.id, state=IncidentState.MITIGATING)
+    store.add_action(inc.id, ActionResult("restart", {}, Outcome.OK, "why", 101.0))
+    store.add_process_event("running", "starting", 102.0, 42, None, False, "healthy")
+    assert rec.calls == [
+        ("incident", (None, IncidentState.OPEN)),
+        ("incident", (IncidentState.OPEN, IncidentState.MITIGATING)),
+        ("action", "restart"),
+        ("process", "running"),
+    ]
+    assert len(store.findings(inc.id)) == 1
+
+
+def test_an_older_store_is_upgraded_in_place(tmp_path: Path) -> None:
+    store = Store.in_dir(tmp_path)
+    store.set_meta("kept", 1)
+    store.close()
+    db = sqlite3.connect(tmp_path / "doctor.db")
+    db.execute("PRAGMA user_version=1")
+    db.commit()
+    db.close()
+    with pytest.raises(StoreError, match="start the doctor on it once"):
+        Store.in_dir(tmp_path, readonly=True)
+    store = Store.in_dir(tmp_path)
+    assert store.meta("kept") == 1
+    store.close()
+    assert Store.in_dir(tmp_path, readonly=True).meta("kept") == 1
+    db = sqlite3.connect(tmp_path / "doctor.db")
+    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
