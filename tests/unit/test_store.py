@@ -19,7 +19,7 @@ from ascend_doctor.core.events import (
     Role,
     Severity,
 )
-from ascend_doctor.core.store import SCHEMA_VERSION, Store, StoreListener
+from ascend_doctor.core.store import SCHEMA_VERSION, SpanRecord, Store, StoreListener
 
 
 def _finding() -> Finding:
@@ -89,3 +89,40 @@ def test_an_older_store_is_upgraded_in_place(tmp_path: Path) -> None:
     assert Store.in_dir(tmp_path, readonly=True).meta("kept") == 1
     db = sqlite3.connect(tmp_path / "doctor.db")
     assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+
+def _span(trace: str, span: str, parent: str, start: int, source: str = "doctor") -> SpanRecord:
+    return SpanRecord(
+        trace, span, parent, f"s{span}", "internal", start, start + 5, "ok", {"a": 1},
+        [{"name": "e", "time_ns": start, "attributes": {}}], {"service.name": "x"}, source,
+        7 if source == "doctor" else None,
+    )  # fmt: skip
+
+
+def test_spans_round_trip_and_server_spans_are_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("ascend_doctor.core.store.SERVER_SPANS_KEPT", 3)
+    store = Store.in_dir(tmp_path)
+    store.add_spans([_span("t1", "b", "a", 20), _span("t1", "a", "", 10)])
+    assert [s.span_id for s in store.spans("t1")] == ["a", "b"]
+    assert store.spans("t1")[1].events[0]["name"] == "e"
+    assert store.incident_trace_id(7) == "t1"
+    assert store.incident_trace_id(8) is None
+    store.add_spans([_span(f"r{i}", "x", "", 100 + i, "server") for i in range(5)])
+    assert [s.trace_id for s in store.traces(source="server")] == ["r4", "r3", "r2"]
+    assert [s.trace_id for s in store.traces(source="doctor")] == ["t1"]
+
+
+def test_requests_are_queued_then_finished(tmp_path: Path) -> None:
+    store = Store.in_dir(tmp_path)
+    with pytest.raises(ValueError, match="unknown request kind"):
+        store.add_request("reboot", None)
+    rid = store.add_request("ack", 3, {"by": "tui"})
+    assert [(r.kind, r.incident_id, r.params) for r in store.requests(pending_only=True)] == [
+        ("ack", 3, {"by": "tui"})
+    ]
+    store.finish_request(rid, ok=True, result="acknowledged")
+    assert store.requests(pending_only=True) == []
+    (done,) = store.requests()
+    assert (done.state, done.result) == ("done", "acknowledged")
