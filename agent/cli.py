@@ -74,6 +74,19 @@ def main() -> None:
 @state_dir_option
 @click.option("--dry-run", is_flag=True, help="Log what remediation would do; change nothing.")
 @click.option("--log", "logs", multiple=True, help="Also follow this file or glob (repeatable).")
+@click.option(
+    "--attach",
+    is_flag=True,
+    help="Watch a server something else runs (systemd, Kubernetes) at --url instead of COMMAND.",
+)
+@click.option("--url", default=None, help="With --attach: the server's base URL.")
+@click.option("--pid", type=int, default=None, help="With --attach: the server's main PID.")
+@click.option(
+    "--restart-command",
+    default=None,
+    help='With --attach: how to restart the server, e.g. "systemctl restart vllm" '
+    "(split like a shell would, run without one).",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def watch(
@@ -81,17 +94,36 @@ def watch(
     state_dir: Path | None,
     dry_run: bool,
     logs: tuple[str, ...],
+    attach: bool,
+    url: str | None,
+    pid: int | None,
+    restart_command: str | None,
     verbose: bool,
     command: tuple[str, ...],
 ) -> None:
     """Supervise COMMAND (e.g. -- vllm serve MODEL ...): watch, diagnose, remediate.
 
-    Without COMMAND only the observers run (logs, collectors, rules, incidents).
+    Without COMMAND only the observers run (logs, collectors, rules, incidents). With
+    --attach the server at --url is watched the same way; restarts go through
+    --restart-command and launch changes are suggested with the exact flag.
     """
     import dataclasses
 
+    from ascend_doctor.agent.attach import AttachSpec
     from ascend_doctor.agent.launch import LaunchSpec
 
+    attached = None
+    if attach:
+        if command:
+            raise click.UsageError("--attach watches a running server: give --url, not COMMAND")
+        if not url:
+            raise click.UsageError("--attach needs --url (e.g. --url http://127.0.0.1:8000)")
+        try:
+            attached = AttachSpec.parse(url, pid, restart_command)
+        except DoctorError as exc:
+            raise click.UsageError(str(exc)) from None
+    elif url or pid is not None or restart_command:
+        raise click.UsageError("--url, --pid and --restart-command go with --attach")
     config = _config(config_path)
     if dry_run:
         config = _with_remediation(config, dry_run=True)
@@ -103,7 +135,7 @@ def watch(
         raise click.ClickException(f"command not found: {command[0]}")
     setup_logging(verbose)
     spec = LaunchSpec(tuple(command)) if command else None
-    status = run_watch(config, _state_dir(state_dir), spec)
+    status = run_watch(config, _state_dir(state_dir), spec, attach=attached)
     sys.exit(status)
 
 
@@ -115,14 +147,14 @@ def _with_remediation(config: Config, **changes: Any) -> Config:
     )
 
 
-def run_watch(config: Config, state_dir: Path, spec: Any) -> int:
+def run_watch(config: Config, state_dir: Path, spec: Any, *, attach: Any = None) -> int:
     """Run the daemon until SIGINT/SIGTERM; the server is stopped cleanly on the way out."""
     from ascend_doctor.agent.daemon import Daemon
     from ascend_doctor.rules import load_rules
 
     try:
         rules = load_rules([Path(d) for d in config.rules.dirs])
-        daemon = Daemon(config, state_dir, spec, rules)
+        daemon = Daemon(config, state_dir, spec, rules, attach=attach)
     except DoctorError as exc:
         raise click.ClickException(str(exc)) from None
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 import time
@@ -48,9 +49,11 @@ def status_dict(store: Store) -> dict[str, Any]:
         value = store.meta(f"collector.{name}")
         if value is not None:
             collectors[name] = value
+    doctor = store.meta("doctor") or {}
     return {
         "server": store.meta("server"),
-        "doctor": store.meta("doctor"),
+        "doctor": doctor,
+        "remediation": Policy(store, _remediation_config(doctor), time.time).remaining(),
         "launch": {"argv": list(effective.argv), "env": dict(effective.env)},
         "overrides": [
             {"key": o.key, "kind": o.kind, "value": o.value, "incident": o.incident_id, "at": o.at}
@@ -68,6 +71,16 @@ def status_dict(store: Store) -> dict[str, Any]:
         ],
         "collectors": collectors,
     }
+
+
+def _remediation_config(doctor: dict[str, Any]) -> RemediationConfig:
+    """The running doctor's remediation bounds (as it recorded them), else the defaults."""
+    fields = {f.name for f in dataclasses.fields(RemediationConfig)}
+    given = {k: v for k, v in (doctor.get("remediation") or {}).items() if k in fields}
+    try:
+        return RemediationConfig(**given)
+    except TypeError:
+        return RemediationConfig()
 
 
 @click.command("status")
@@ -91,6 +104,20 @@ def status(state_dir: Path | None, as_json: bool) -> None:
         + (f": {server['reason']}" if server.get("reason") else "")
     )
     click.echo(f"remediation mode: {doctor.get('mode', 'unknown')}")
+    rem = data["remediation"]
+    if "error" in rem:
+        click.echo(f"remediation budget: unreadable, failing closed: {rem['error']}")
+    else:
+        click.echo(
+            f"remediation budget: {rem['budget_left']} of {rem['budget_per_hour']} steps left"
+            " this hour"
+            + (
+                f"; breaker tripped for {', '.join(rem['breakers_tripped'])}"
+                if rem["breakers_tripped"]
+                else ""
+            )
+            + "".join(f"; {a} cooling down {s}s" for a, s in rem["cooling_down_s"].items())
+        )
     if data["launch"]["argv"]:
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in data["launch"]["env"].items())
         click.echo("launch: " + (env + " " if env else "") + shlex.join(data["launch"]["argv"]))

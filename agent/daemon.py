@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from ascend_doctor.agent.attach import AttachedServer, AttachSpec, process_spec
 from ascend_doctor.agent.incidents import ACTIVE, IncidentManager
 from ascend_doctor.agent.launch import LaunchSpec
 from ascend_doctor.agent.remediation import Context, Remediator
@@ -38,6 +39,7 @@ from ascend_doctor.core.events import (
     Finding,
     IncidentState,
     LogChunk,
+    Outcome,
     ProcessEvent,
     ProcessState,
     Sample,
@@ -98,8 +100,10 @@ class Daemon:
         rules: RuleSet,
         *,
         base_env: Mapping[str, str] | None = None,
+        attach: AttachSpec | None = None,
     ) -> None:
         self.config = config
+        self.attach = attach
         self.state_dir = state_dir
         self.base_spec = spec
         self.base_env = dict(os.environ if base_env is None else base_env)
@@ -129,8 +133,18 @@ class Daemon:
         self._run_start = 0.0  # wall time the server last became RUNNING
         self.collector_failures: dict[str, int] = {"npu_smi": 0}
         self._started_at = time.time()
-        self.supervisor: Supervisor | None = None
-        if spec is not None:
+        self._probed_run = 0.0  # the run whose completion probe passed
+        self.supervisor: Supervisor | AttachedServer | None = None
+        if attach is not None:
+            self.supervisor = AttachedServer(
+                attach,
+                config.server,
+                probe=http_probe(attach.url),
+                on_change=self._on_change,
+                on_exit=self._on_exit,
+                command_timeout=config.remediation.command_timeout,
+            )
+        elif spec is not None:
             url = config.server.health_url or spec.health_base_url()
             self.supervisor = Supervisor(
                 self.effective_spec,
@@ -157,6 +171,8 @@ class Daemon:
                 clock=time.time,
                 own_pids=self._own_pids,
                 supervised=spec is not None,
+                attached=attach is not None,
+                can_restart=attach is not None and bool(attach.restart_command),
                 profile_capture=self._capture_profile,
                 diagnostics_dir=state_dir / "diagnostics",
                 log_paths=lambda: [t for t in self.tailer.paths()],
@@ -166,8 +182,20 @@ class Daemon:
 
     # -- wiring --------------------------------------------------------------------------------
 
+    @property
+    def server_url(self) -> str:
+        """Base URL of the server's HTTP API ('' when only observing)."""
+        if self.attach is not None:
+            return self.config.server.health_url or self.attach.url
+        if self.base_spec is None:
+            return ""
+        return self.config.server.health_url or self.base_spec.health_base_url()
+
     def effective_spec(self) -> LaunchSpec:
-        """The base launch spec with every stored override applied (empty when observing)."""
+        """The base launch spec with every stored override applied (empty when observing;
+        what the attached process was started with in attach mode)."""
+        if self.attach is not None:
+            return process_spec(self.supervisor.pid if self.supervisor else self.attach.pid)
         if self.base_spec is None:
             return LaunchSpec(())
         spec = self.base_spec.apply(self.store.overrides())
@@ -221,7 +249,7 @@ class Daemon:
                 "profiling",
                 {
                     "torch_dir": str(self.torch_profile_dir),
-                    "url": self.config.server.health_url or self.base_spec.health_base_url(),
+                    "url": self.server_url,
                     "msprof": self.config.profiling.msprof,
                 },
             )
@@ -231,7 +259,14 @@ class Daemon:
             )
         self.store.set_meta(
             "doctor",
-            {"pid": os.getpid(), "started_at": time.time(), "mode": self.config.remediation.mode},
+            {
+                "pid": os.getpid(),
+                "started_at": time.time(),
+                "mode": self.config.remediation.mode,
+                "dry_run": self.config.remediation.dry_run,
+                "remediation": dataclasses.asdict(self.config.remediation),
+                "attached": self.attach is not None,
+            },
         )
         # Take start positions before the server writes anything, and read what a restarted
         # doctor missed while it was away (never drop what this first pass reads).
@@ -261,7 +296,8 @@ class Daemon:
             )
         sup_task = None
         if self.supervisor is not None:
-            self.supervisor.start()
+            if isinstance(self.supervisor, Supervisor):
+                self.supervisor.start()  # an attached server runs already
             sup_task = asyncio.create_task(self.supervisor.run(), name="supervisor")
         try:
             while not self._stopping:
@@ -334,9 +370,7 @@ class Daemon:
 
     async def _vllm_loop(self) -> None:
         cfg = self.config.collectors.vllm
-        assert self.base_spec is not None
-        url = self.config.server.health_url or self.base_spec.health_base_url()
-        collector = VllmCollector(url, timeout=cfg.timeout)
+        collector = VllmCollector(self.server_url, timeout=cfg.timeout)
 
         def running() -> bool:  # a starting or stopped server has nothing to say yet
             return self.supervisor is not None and self.supervisor.state == ProcessState.RUNNING
@@ -415,14 +449,22 @@ class Daemon:
             if not due:
                 continue
             async with self._lock:
-                restart = await self._remediate(due)
-            if restart and sup is not None:
-                if sup.pid is not None:
-                    await sup.stop("restarting the server to apply the remediation")
-                sup.start()
+                restart, escalated = await self._remediate(due)
+            if sup is None:
+                continue
+            if restart:
+                await sup.restart("restarting the server to apply the remediation")
+            elif (
+                escalated
+                and self.config.remediation.on_escalation == "keep"
+                and sup.state == ProcessState.STOPPED
+            ):
+                sup.start()  # a step stopped it before the failure went to a human
 
-    async def _remediate(self, ids: list[int]) -> bool:
-        restart = False
+    async def _remediate(self, ids: list[int]) -> tuple[bool, bool]:
+        """Run the next step of each incident; (restart the server?, any escalated?)."""
+        restart = escalated = False
+        retry: dict[int, float] = {}
         for incident_id in ids:
             if self._pending.pop(incident_id, None) is None:
                 continue
@@ -436,13 +478,24 @@ class Daemon:
                 # belongs to the failure being fixed, not to a failure of the fix
                 self._pending.pop(incident_id, None)
             restart = restart or result.restart
-        return restart
+            escalated = escalated or result.escalated
+            if result.retry_at is not None:
+                # a cooldown: decide again once it is over
+                wait = max(0.0, result.retry_at - time.time())
+                retry[incident_id] = time.monotonic() + wait - DECIDE_DELAY
+        self._pending.update(retry)
+        return restart, escalated
 
     async def _on_exit(self, event: ProcessEvent) -> ExitDecision:
         self._drain()  # the server's last words are in its log now: read them first
         async with self._lock:
-            restart = await self._remediate(list(self._pending))
-        return ExitDecision.RESTART if restart else ExitDecision.BACKOFF
+            restart, escalated = await self._remediate(list(self._pending))
+        if restart:
+            return ExitDecision.RESTART
+        if escalated and self.config.remediation.on_escalation == "stop":
+            log.error("leaving the server stopped: its failure went to a human")
+            return ExitDecision.STOP
+        return ExitDecision.BACKOFF
 
     async def _capture_profile(self) -> dict[str, Any]:
         """Record a torch profile of the running server (the capture_profile action)."""
@@ -451,8 +504,9 @@ class Daemon:
         prof = self.config.profiling
         if self.base_spec is None or not prof.enabled:
             raise RuntimeError("profiling.enabled is off: the server has no profiler")
-        url = self.config.server.health_url or self.base_spec.health_base_url()
-        art = await torch_capture(url, self.torch_profile_dir, prof.capture_seconds, timeout=60)
+        art = await torch_capture(
+            self.server_url, self.torch_profile_dir, prof.capture_seconds, timeout=60
+        )
         artifacts = list(self.store.meta("artifacts") or [])
         artifacts.append(dataclasses.asdict(art))
         self.store.set_meta("artifacts", artifacts)
@@ -498,15 +552,59 @@ class Daemon:
                 continue
             if time.time() - self._run_start < settle:
                 continue
-            for inc in self.store.incidents(states=ACTIVE):
-                if inc.state != IncidentState.MITIGATING:
-                    continue
-                actions = self.store.actions(inc.id)
-                if actions and actions[-1].at <= self._run_start:
+            waiting = [
+                inc
+                for inc in self.store.incidents(states=ACTIVE)
+                if inc.state == IncidentState.MITIGATING
+                and (acts := self.store.actions(inc.id))
+                and acts[-1].at <= self._run_start
+            ]
+            if not waiting:
+                continue
+            run = self._run_start
+            ok, why = True, f"/health 200 for {time.time() - run:.0f}s"
+            if self.config.remediation.completion_probe and self._probed_run != run:
+                ok, detail = await completion_probe(
+                    self.server_url, self.config.remediation.probe_timeout
+                )
+                why = f"{why}; {detail}"
+                if self._run_start != run:
+                    continue  # the server restarted meanwhile: judge the new run
+            for inc in waiting:
+                self.remediator.record(inc.id, "verify", Outcome.OK if ok else Outcome.FAILED, why)
+                if ok:
                     self.store.update_incident(
                         inc.id, state=IncidentState.RESOLVED, resolved_at=time.time()
                     )
-                    log.warning("incident %d resolved: server healthy for %.0fs", inc.id, settle)
+                    log.warning("incident %d resolved: %s", inc.id, why)
+                else:
+                    # healthy but not serving: the step did not help, the next one runs
+                    log.error("incident %d not resolved: %s", inc.id, why)
+                    self._pending.setdefault(inc.id, time.monotonic())
+            if ok:
+                self._probed_run = run
+
+
+async def completion_probe(base_url: str, timeout: float) -> tuple[bool, str]:
+    """Ask the server for one token: /health says the API is up, this says the engine works."""
+    import httpx
+
+    t0 = time.monotonic()
+    try:
+        async with httpx.AsyncClient(timeout=timeout, trust_env=False) as client:
+            models = (await client.get(f"{base_url}/v1/models")).json()
+            model = models["data"][0]["id"]
+            resp = await client.post(
+                f"{base_url}/v1/completions",
+                json={"model": model, "prompt": "ping", "max_tokens": 1},
+            )
+            if resp.status_code != 200:
+                return False, f"1-token completion answered {resp.status_code}"
+            if not resp.json().get("choices"):
+                return False, "1-token completion answered without choices"
+    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
+        return False, f"1-token completion failed: {type(exc).__name__}: {exc}"
+    return True, f"1-token completion in {time.monotonic() - t0:.2f}s"
 
 
 def _under(state_dir: Path, name: str) -> Path:
@@ -514,4 +612,4 @@ def _under(state_dir: Path, name: str) -> Path:
     return p if p.is_absolute() else state_dir / p
 
 
-__all__ = ["Daemon", "cann_log_root"]
+__all__ = ["Daemon", "cann_log_root", "completion_probe"]

@@ -134,6 +134,12 @@ class Supervisor:
             self._stop_requested.set()
             await self._stopped.wait()
 
+    async def restart(self, reason: str) -> None:
+        """Stop the server if it runs, then start it again."""
+        if self.pid is not None:
+            await self.stop(reason)
+        self.start()
+
     async def shutdown(self) -> None:
         """Stop the server and end ``run()``."""
         self._shutdown = True

@@ -156,6 +156,18 @@ class RemediationConfig:
     """Seconds before an npu-smi action is abandoned with outcome ``unknown``."""
     settle_seconds: float = 30.0
     """A server healthy this long after a remediation resolves the incident."""
+    completion_probe: bool = True
+    """Also ask the healed server for a 1-token completion before resolving an incident."""
+    probe_timeout: float = 60.0
+    """Seconds the completion probe may take (the first request after a start is slow)."""
+    action_cooldown: float = 120.0
+    """Seconds before the same action may run again on this host (``restart`` is paced by
+    the supervisor's backoff instead); a step that meets a cooldown waits for it."""
+    reset_cooldown: float = 600.0
+    """Seconds between two device resets on this host."""
+    on_escalation: str = "stop"
+    """What happens to a server whose failure went to a human: ``stop`` leaves it stopped
+    (no more restarts until an operator acts), ``keep`` goes on restarting it with backoff."""
 
 
 @dataclass(frozen=True)
@@ -210,6 +222,7 @@ class Config:
 
 _CHOICES: dict[str, tuple[str, ...]] = {
     "remediation.mode": ("auto", "suggest", "off"),
+    "remediation.on_escalation": ("stop", "keep"),
     "logs.read_from": ("end", "beginning"),
 }
 _POSITIVE = {
@@ -226,6 +239,7 @@ _POSITIVE = {
     "collectors.process.interval",
     "collectors.vllm.timeout",
     "remediation.command_timeout",
+    "remediation.probe_timeout",
 }
 
 

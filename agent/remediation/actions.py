@@ -59,6 +59,10 @@ class Context:
     """PIDs this server has had (not foreign holders of a device)."""
     supervised: bool = True
     """False when the doctor only observes: it cannot change or restart the server."""
+    attached: bool = False
+    """Attach mode: the server is someone else's; launch changes are suggested."""
+    can_restart: bool = False
+    """Attach mode with a restart command: ``restart`` runs it."""
     profile_capture: Callable[[], Awaitable[dict[str, Any]]] | None = None
     """Records a profile of the running server; None when profiling is not set up."""
     diagnostics_dir: Path | None = None
@@ -353,6 +357,18 @@ ACTS_ON_SERVER = frozenset(
 )
 """Actions that change, stop or restart the server: only for a supervised server."""
 
+CHANGES_LAUNCH = frozenset(
+    {
+        "lower_max_model_len",
+        "lower_gpu_memory_utilization",
+        "lower_max_num_seqs",
+        "set_env",
+        "enforce_eager",
+        "raise_hccl_timeout",
+    }
+)
+"""Actions whose effect is a changed launch command (an override)."""
+
 OPTIONAL = frozenset({"collect_diagnostics", "capture_profile"})
 """Actions whose refusal or failure does not stop the rest of their step."""
 
@@ -370,4 +386,25 @@ ACTIONS: dict[str, Action] = {
 }
 """Every action by name; rules name these."""
 
-__all__ = ["ACTIONS", "ACTS_ON_SERVER", "OPTIONAL", "Context", "Done", "Evidence"]
+
+def describe_override(key: str, kind: str, value: str) -> str:
+    """An override as an operator types it: ``--max-model-len 16384``, ``--enforce-eager``,
+    ``PYTORCH_NPU_ALLOC_CONF=expandable_segments:True``."""
+    if kind == "flag":
+        return key
+    if kind == "env":
+        return f"{key}={value}"
+    return f"{key} {value}"
+
+
+__all__ = [
+    "ACTIONS",
+    "ACTS_ON_SERVER",
+    "CHANGES_LAUNCH",
+    "OPTIONAL",
+    "Action",
+    "Context",
+    "Done",
+    "Evidence",
+    "describe_override",
+]

@@ -14,10 +14,13 @@ from typing import Any
 from ascend_doctor.agent.remediation.actions import (
     ACTIONS,
     ACTS_ON_SERVER,
+    CHANGES_LAUNCH,
     OPTIONAL,
+    Action,
     Context,
     Done,
     Evidence,
+    describe_override,
 )
 from ascend_doctor.agent.remediation.policy import Policy
 from ascend_doctor.core.events import (
@@ -40,6 +43,8 @@ class StepResult:
     """Start the server (again) now: a change was applied."""
     escalated: bool = False
     """The incident went to a human."""
+    retry_at: float | None = None
+    """The step waits for a cooldown: decide again at this wall-clock time."""
 
 
 class Remediator:
@@ -48,6 +53,7 @@ class Remediator:
     def __init__(self, ctx: Context, rules: RuleSet) -> None:
         self.ctx = ctx
         self.policy = Policy(ctx.store, ctx.config, ctx.clock)
+        self._suggested_in_step = False  # attach mode: a launch change of this step is suggested
         self.steps: dict[str, tuple[tuple[PlannedAction, ...], ...]] = {}
         for rule in rules.text:
             self.steps[rule.id] = rule.remediation
@@ -70,13 +76,26 @@ class Remediator:
             why = "no remediation step left" if steps else "no automatic fix for this failure"
             return self._escalate(inc, why)
         step = steps[inc.step]
-        if cfg.mode == "auto" and not cfg.dry_run:
+        acting = cfg.mode == "auto" and not cfg.dry_run
+        if acting:
+            wait = self.policy.cooldown([p.name for p in step])
+            if wait is not None:
+                name, seconds = wait
+                self._record(
+                    inc,
+                    "plan",
+                    Outcome.REFUSED,
+                    f"{name} is cooling down: the step waits {seconds:.0f}s",
+                    {"cooldown": name, "wait_s": round(seconds, 1)},
+                )
+                return StepResult(restart=False, retry_at=self.ctx.clock() + seconds)
             verdict = self.policy.reserve(inc.category.value)
             if not verdict.allowed:
                 self._record(inc, "plan", Outcome.REFUSED, verdict.reason, {})
                 return self._escalate(inc, verdict.reason)
         evidence = self._evidence(inc)
         restart = False
+        self._suggested_in_step = False
         for planned in step:
             done = await self._run(inc, planned, evidence)
             if planned.name in OPTIONAL:
@@ -100,6 +119,8 @@ class Remediator:
             done = Done(Outcome.REFUSED, f"unknown action {planned.name!r}")
             self._record(inc, planned.name, done.outcome, done.reason, planned.params)
             return done
+        if self.ctx.attached and planned.name in ACTS_ON_SERVER:
+            return await self._run_attached(inc, planned, action, ev)
         if planned.name in ACTS_ON_SERVER and not self.ctx.supervised:
             # observing only: the operator (or whatever runs the server) has to do it
             done = Done(
@@ -127,13 +148,65 @@ class Remediator:
         ):
             mode = "dry_run" if self.ctx.config.dry_run else self.ctx.config.mode
             done = Done(_passive(mode), f"{mode}: would {done.reason}", done.params)
-        elif done.outcome == Outcome.OK and done.override is not None:
-            key, kind, value = done.override
-            self.ctx.store.set_override(key, kind, value, inc.id)
+        elif done.outcome == Outcome.OK:
+            self.policy.ran(planned.name)
+            if done.override is not None:
+                key, kind, value = done.override
+                self.ctx.store.set_override(key, kind, value, inc.id)
         params = dict(done.params)
         if planned.name == "restart":
             params.update(self._launch_changes())
         self._record(inc, planned.name, done.outcome, done.reason, params)
+        return done
+
+    async def _run_attached(
+        self, inc: Incident, planned: PlannedAction, action: Action, ev: Evidence
+    ) -> Done:
+        """Attach mode: the server is not the doctor's. Launch changes are worked out from
+        the running process's command line and suggested with the exact flag; a restart
+        runs the operator's restart command (unless it would only restart an unchanged
+        server after a suggested change); a device reset is suggested with its command."""
+        params = dict(planned.params)
+        if planned.name in CHANGES_LAUNCH:
+            done = await action(self.ctx, inc, params, ev)
+            if done.outcome == Outcome.OK and done.override is not None:
+                change = describe_override(*done.override)
+                self._suggested_in_step = True
+                done = Done(
+                    Outcome.SUGGESTED,
+                    f"attach mode: change the server's launch yourself: {change} ({done.reason})",
+                    {**done.params, "change": change},
+                )
+        elif planned.name == "restart" and self._suggested_in_step:
+            done = Done(
+                Outcome.SUGGESTED, "attach mode: restart the server after changing its launch"
+            )
+        elif planned.name == "restart" and self.ctx.can_restart:
+            done = await action(self.ctx, inc, params, ev)
+            if done.outcome == Outcome.OK and (
+                self.ctx.config.dry_run or self.ctx.config.mode != "auto"
+            ):
+                mode = "dry_run" if self.ctx.config.dry_run else self.ctx.config.mode
+                done = Done(_passive(mode), f"{mode}: would run the restart command")
+            elif done.outcome == Outcome.OK:
+                self.policy.ran(planned.name)
+                done = Done(Outcome.OK, "restart through the restart command", {}, restart=True)
+        elif planned.name == "reset_device":
+            device = ev.captures.get("device", params.get("device", "N"))
+            command = f"npu-smi set -t reset -i {_int_or(device)} -c 0"
+            done = Done(
+                Outcome.SUGGESTED,
+                "attach mode: the doctor cannot stop a server it does not own; stop it, check"
+                f" `npu-smi info` shows no process on the device, then run: {command}",
+                {"command": command},
+            )
+        else:
+            done = Done(
+                Outcome.SUGGESTED,
+                f"attach mode without --restart-command: {planned.name} is left to the operator",
+                params,
+            )
+        self._record(inc, planned.name, done.outcome, done.reason, done.params)
         return done
 
     def _launch_changes(self) -> dict[str, Any]:
@@ -162,12 +235,29 @@ class Remediator:
         log.error("incident %d escalated: %s", inc.id, why)
         return StepResult(restart=False, escalated=True)
 
+    def record(
+        self,
+        incident_id: int,
+        name: str,
+        outcome: Outcome,
+        reason: str,
+        params: dict[str, Any] | None = None,
+    ) -> None:
+        """Record a decision taken outside a step (verification)."""
+        self._record(self.ctx.store.incident(incident_id), name, outcome, reason, params or {})
+
     def _record(
         self, inc: Incident, name: str, outcome: Outcome, reason: str, params: dict[str, Any]
     ) -> None:
         result = ActionResult(name, params, outcome, reason, self.ctx.clock())
         self.ctx.store.add_action(inc.id, result)
         log.warning("incident %d: %s %s: %s", inc.id, name, outcome.value, reason)
+
+
+def _int_or(text: object) -> str:
+    """A device id fit for a suggested command line: digits only, else ``N``."""
+    value = str(text)
+    return value if value.isdigit() else "N"
 
 
 def _passive(mode: str) -> Outcome:

@@ -21,6 +21,10 @@ HISTORY = "remediation.history"
 """Store meta key: ``[{"at": epoch, "category": id}, ...]`` of steps that acted."""
 ACKED = "remediation.acknowledged"
 """Store meta key: ``{category: epoch}`` of the last acknowledgement per category."""
+LAST_RUN = "remediation.last_run"
+"""Store meta key: ``{action: epoch}`` of the last time each action acted."""
+NO_COOLDOWN = frozenset({"restart", "collect_diagnostics", "capture_profile"})
+"""Actions paced by other means (the supervisor's backoff) or harmless to repeat."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,62 @@ class Policy:
         self.store.set_meta(HISTORY, [*keep, {"at": now, "category": category}])
         return Verdict(True)
 
+    def cooldown(self, actions: list[str]) -> tuple[str, float] | None:
+        """The first of ``actions`` still cooling down and the seconds left, or None."""
+        last = self.store.meta(LAST_RUN)
+        last = last if isinstance(last, dict) else {}
+        now = self.clock()
+        for name in actions:
+            if name in NO_COOLDOWN or not isinstance(last.get(name), int | float):
+                continue
+            left = float(last[name]) + self._period(name) - now
+            if left > 0:
+                return name, left
+        return None
+
+    def _period(self, action: str) -> float:
+        if action == "reset_device":
+            return self.config.reset_cooldown
+        return self.config.action_cooldown
+
+    def ran(self, action: str) -> None:
+        """An action acted: its cooldown starts now."""
+        last = self.store.meta(LAST_RUN)
+        last = last if isinstance(last, dict) else {}
+        self.store.set_meta(LAST_RUN, {**last, action: self.clock()})
+
+    def remaining(self) -> dict[str, Any]:
+        """What the brakes allow now: budget left this hour, tripped breakers, cooldowns."""
+        now = self.clock()
+        try:
+            history = self._history()
+        except ValueError as exc:
+            return {"error": str(exc), "budget_left": 0}
+        acked = self.store.meta(ACKED)
+        acked = acked if isinstance(acked, dict) else {}
+        used = sum(1 for e in history if now - e["at"] < 3600)
+        tripped = []
+        for category in sorted({e["category"] for e in history}):
+            since = max(now - self.config.breaker_hours * 3600, float(acked.get(category, 0.0)))
+            n = sum(1 for e in history if e["category"] == category and e["at"] > since)
+            if n >= self.config.breaker_count:
+                tripped.append(category)
+        last = self.store.meta(LAST_RUN)
+        last = last if isinstance(last, dict) else {}
+        cooling = {}
+        for name, at in last.items():
+            if name in NO_COOLDOWN or not isinstance(at, int | float):
+                continue
+            if at + self._period(name) > now:
+                cooling[name] = round(at + self._period(name) - now)
+        return {
+            "budget_per_hour": self.config.budget_per_hour,
+            "used_last_hour": used,
+            "budget_left": max(0, self.config.budget_per_hour - used),
+            "breakers_tripped": tripped,
+            "cooling_down_s": cooling,
+        }
+
     def acknowledge(self, category: str) -> None:
         """An operator looked at this category: the breaker re-arms."""
         acked = self.store.meta(ACKED)
@@ -87,4 +147,4 @@ class Policy:
         self.store.set_meta(ACKED, {**acked, category: self.clock()})
 
 
-__all__ = ["ACKED", "HISTORY", "Policy", "Verdict"]
+__all__ = ["ACKED", "HISTORY", "LAST_RUN", "NO_COOLDOWN", "Policy", "Verdict"]

@@ -300,7 +300,12 @@ async def test_optional_actions_do_not_block_the_restart(tmp_path: Path) -> None
 
 
 async def test_host_budget_is_reserved_and_persists(tmp_path: Path) -> None:
-    w = World(tmp_path, ("vllm", "serve", "m", "--max-model-len", "32768"), budget_per_hour=2)
+    w = World(
+        tmp_path,
+        ("vllm", "serve", "m", "--max-model-len", "32768"),
+        budget_per_hour=2,
+        action_cooldown=0,
+    )
     for rule, caps in (("vllm-kv-cache-max-len-estimate", KV), ("torch-npu-oom", {})):
         (inc_id,) = w.incidents.ingest([w.finding(rule, caps, 10)])
         assert (await w.remediator.remediate(inc_id)).restart
@@ -351,3 +356,62 @@ async def test_corrupt_budget_record_fails_closed(tmp_path: Path) -> None:
         "budget record unreadable, failing closed: store meta 'remediation.history' is corrupt"
     )
     assert w.store.overrides() == []
+
+
+async def test_cooldown_defers_the_same_action_and_survives_a_new_doctor(tmp_path: Path) -> None:
+    w = World(tmp_path, ("vllm", "serve", "m", "--max-model-len", "32768"), action_cooldown=120)
+    (first,) = w.incidents.ingest([w.finding("vllm-kv-cache-max-len-estimate", KV, 10)])
+    assert (await w.remediator.remediate(first)).restart
+    w.store.update_incident(first, state=IncidentState.RESOLVED)
+    w.now += 30
+    fresh = Remediator(w.ctx, RULES)  # a restarted doctor reads the cooldown from the store
+    kv = {"max_model_len": "16128", "estimate": "8000"}
+    (second,) = w.incidents.ingest([w.finding("vllm-kv-cache-max-len-estimate", kv, 20)])
+    result = await fresh.remediate(second)
+    assert not result.restart and not result.escalated
+    assert result.retry_at == pytest.approx(w.now + 90)
+    (deferred,) = w.store.actions(second)
+    assert deferred.outcome == "refused"
+    assert deferred.reason == "lower_max_model_len is cooling down: the step waits 90s"
+    assert w.store.incident(second).state == IncidentState.OPEN
+    assert fresh.policy.remaining()["cooling_down_s"] == {"lower_max_model_len": 90}
+    assert fresh.policy.remaining()["budget_left"] == 5  # a deferral books no budget
+    w.now += 90
+    assert (await fresh.remediate(second)).restart
+    assert w.ctx.spec().flag("--max-model-len") == "7936"
+
+
+async def test_attach_mode_suggests_the_exact_flag_and_restarts_only_by_command(
+    tmp_path: Path,
+) -> None:
+    w = World(tmp_path, ("vllm", "serve", "m", "--max-model-len", "32768"))
+    w.ctx.supervised, w.ctx.attached, w.ctx.can_restart = False, True, True
+    (inc_id,) = w.incidents.ingest([w.finding("vllm-kv-cache-max-len-estimate", KV, 10)])
+    result = await w.remediator.remediate(inc_id)
+    assert not result.restart  # restarting without the change would not help
+    (lower,) = w.store.actions(inc_id)
+    assert lower.outcome == "suggested"
+    assert lower.params["change"] == "--max-model-len 16128"
+    assert "change the server's launch yourself: --max-model-len 16128" in lower.reason
+    assert w.store.overrides() == []  # nothing the doctor cannot apply is stored
+    (oom,) = w.incidents.ingest([w.finding("torch-npu-oom", {}, 20)])
+    assert not (await w.remediator.remediate(oom)).restart
+    assert [(a.name, a.outcome) for a in w.store.actions(oom)] == [
+        ("set_env", "suggested"),
+        ("lower_gpu_memory_utilization", "suggested"),
+        ("restart", "suggested"),
+    ]
+    assert w.store.actions(oom)[0].params["change"] == (
+        "PYTORCH_NPU_ALLOC_CONF=expandable_segments:True"
+    )
+    # a plain restart goes through the operator's restart command
+    (aic,) = w.incidents.ingest([w.finding("rt-aicore-exception", {}, 30)])
+    assert (await w.remediator.remediate(aic)).restart
+    assert [(a.name, a.outcome) for a in w.store.actions(aic)][-1] == ("restart", "ok")
+    assert w.store.actions(aic)[-1].reason == "restart through the restart command"
+    # without a restart command even that is left to the operator
+    v = World(tmp_path / "no-command", ("vllm", "serve", "m"))
+    v.ctx.supervised, v.ctx.attached = False, True
+    (aic,) = v.incidents.ingest([v.finding("rt-aicore-exception", {}, 30)])
+    assert not (await v.remediator.remediate(aic)).restart
+    assert v.store.actions(aic)[-1].outcome == "suggested"
