@@ -34,6 +34,11 @@ def setup_logging(verbose: bool, logfile: Path | None = None) -> None:
     root.handlers[:] = [handler]
     root.setLevel(logging.DEBUG if verbose else logging.INFO)
     root.propagate = False
+    # the file watcher's own messages (a stop racing its thread) go where ours go
+    wd = logging.getLogger("watchdog")
+    wd.handlers[:] = [handler]
+    wd.setLevel(logging.WARNING)
+    wd.propagate = False
 
 
 def _config(path: Path | None) -> Config:

@@ -173,7 +173,7 @@ class Daemon:
                 supervised=spec is not None,
                 attached=attach is not None,
                 can_restart=attach is not None and bool(attach.restart_command),
-                profile_capture=self._capture_profile,
+                profile_capture=self._capture_profile if config.profiling.enabled else None,
                 diagnostics_dir=state_dir / "diagnostics",
                 log_paths=lambda: [t for t in self.tailer.paths()],
             ),

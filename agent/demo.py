@@ -25,7 +25,7 @@ from ascend_doctor.core.errors import ConfigError
 from ascend_doctor.core.events import IncidentState
 from ascend_doctor.core.store import Store
 from ascend_doctor.rules import load_rules
-from ascend_doctor.sim.driver import drive
+from ascend_doctor.sim.driver import drive, prepare
 from ascend_doctor.sim.host import SimHost
 from ascend_doctor.sim.scenarios import Scenario, list_scenarios, load_scenario
 
@@ -60,9 +60,18 @@ def demo_config() -> Config:
         collectors=dataclasses.replace(
             base.collectors,
             npu_smi=dataclasses.replace(base.collectors.npu_smi, interval=1.0, timeout=5.0),
+            vllm=dataclasses.replace(base.collectors.vllm, interval=1.0),
             process=dataclasses.replace(base.collectors.process, interval=1.0),
         ),
+        rules=dataclasses.replace(base.rules, dirs=(*base.rules.dirs, str(_demo_rules()))),
     )
+
+
+def _demo_rules() -> Path:
+    """The demo's site rules (a hang is declared after seconds, not a minute)."""
+    from ascend_doctor.sim import scenarios
+
+    return Path(scenarios.__file__).resolve().parent / "rules"
 
 
 def _sim_paths(config: Config, host: SimHost) -> Config:
@@ -89,7 +98,7 @@ def free_port() -> int:
 def run_demo(
     names: list[str], state_dir: Path | None, config: Config | None, *, verbose: bool = False
 ) -> bool:
-    """Run scenarios; True when every one recovered."""
+    """Run scenarios; True when every one ended as its scenario expects."""
     known = list_scenarios()
     for name in names:
         if name not in known:
@@ -111,7 +120,9 @@ def run_demo(
         results.append((name, ok))
     click.echo(f"\ntour took {time.monotonic() - t0:.1f}s")
     for name, ok in results:
-        click.echo(f"  {name:14} {'recovered' if ok else 'NOT RECOVERED'}")
+        want = load_scenario(name).expected_state
+        shown = {"resolved": "recovered", "escalated": "escalated to a human"}[want]
+        click.echo(f"  {name:14} {shown if ok else 'NOT AS EXPECTED (wanted ' + shown + ')'}")
     click.echo(f"\nsee: ascend-doctor incidents --state-dir {state_dir}")
     return all(ok for _, ok in results)
 
@@ -128,6 +139,7 @@ async def _run_scenario(scenario: Scenario, host: SimHost, config: Config, state
     )
     spec = LaunchSpec(tuple(argv), {**host.env(), **scenario.env})
     daemon = Daemon(config, state_dir, spec, load_rules([Path(d) for d in config.rules.dirs]))
+    cleanup = prepare(scenario, host)
     started = time.time()
     run = asyncio.create_task(daemon.run())
     driver = asyncio.create_task(drive(scenario, host, f"http://127.0.0.1:{port}"))
@@ -156,15 +168,23 @@ async def _run_scenario(scenario: Scenario, host: SimHost, config: Config, state
         driver.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await driver
-    ok = outcome == IncidentState.RESOLVED
-    click.echo(f"   result: {'recovered' if ok else 'not recovered'}\n")
+        cleanup()
+    ok = outcome is not None and outcome.value == scenario.expected_state
+    if outcome == IncidentState.RESOLVED:
+        result = "recovered"
+    elif outcome == IncidentState.ESCALATED:
+        result = "escalated to a human" + (" (as it should)" if ok else "")
+    else:
+        result = f"no outcome within {SCENARIO_DEADLINE:.0f}s"
+    click.echo(f"   result: {result}{'' if ok else ' (NOT AS EXPECTED)'}\n")
     return ok
 
 
 def _timeline(store: Store, first_incident: int, started: float) -> None:
     events: list[tuple[float, str]] = []
     for e in store.process_events(limit=200):
-        if e["at"] >= started and e["state"] in ("STARTING", "RUNNING", "EXITED", "FATAL"):
+        shown = ("STARTING", "RUNNING", "EXITED", "STOPPED", "FATAL")
+        if e["at"] >= started and e["state"] in shown:
             events.append((e["at"], f"server    {e['state']:8} {e['reason']}"))
     for inc in incident_dicts(store):
         if inc["id"] <= first_incident:

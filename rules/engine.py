@@ -47,9 +47,16 @@ def fill(template: str, values: dict[str, Any]) -> str:
 
     template = _OPTIONAL.sub(optional, template)
     try:
-        return template.format_map(_Blank({k: str(v) for k, v in values.items()}))
+        return template.format_map(_Blank({k: _text(v) for k, v in values.items()}))
     except (ValueError, IndexError):
         return template
+
+
+def _text(value: Any) -> str:
+    """A value as a summary shows it: a whole float without its ``.0`` (1 request, not 1.0)."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
 
 
 class Engine:

@@ -8,7 +8,10 @@ and/or injects its fault, exactly once, and returns.
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import time
+from collections.abc import Callable
 
 import httpx
 
@@ -65,3 +68,30 @@ async def drive(
         if stim.inject_device is not None and stim.inject_fault is not None:
             jobs.append(asyncio.to_thread(host.inject, stim.inject_device, stim.inject_fault))
         await asyncio.gather(*jobs)
+
+
+def prepare(scenario: Scenario, host: SimHost) -> Callable[[], None]:
+    """Set the host up as the scenario says (quirks, foreign processes holding devices)
+    before the server starts; returns the cleanup that undoes it."""
+    for name, value in scenario.host.quirks.items():
+        host.set_quirk(name, value)
+    holders: list[subprocess.Popen[bytes]] = []
+    for h in scenario.host.holders:
+        # a real process, so that its PID is alive for as long as it holds the device
+        proc = subprocess.Popen(
+            [sys.executable, "-c", "import time; time.sleep(3600)"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        holders.append(proc)
+        host.add_process(h.device, proc.pid, h.name, h.memory_mb)
+
+    def cleanup() -> None:
+        for name in scenario.host.quirks:
+            host.set_quirk(name, None)
+        for proc in holders:
+            proc.kill()
+            proc.wait()
+
+    return cleanup

@@ -23,7 +23,7 @@ from ascend_doctor.sim.models import (
     activation_bytes,
     fmt_gib,
 )
-from ascend_doctor.sim.state import find_device, read_state
+from ascend_doctor.sim.state import find_device, read_state, take_quirk
 from ascend_doctor.sim.vlog import API, ENGINE, Plog, VllmOut
 
 _SITE = "/usr/local/python3.11.13/lib/python3.11/site-packages"
@@ -89,6 +89,8 @@ class Engine:
         self._since = time.monotonic()
         self._window_prompt = 0
         self._window_gen = 0
+        self.state_path: Path | None = None  # the host state, for its quirks
+        self.stop = threading.Event()  # set when the server shuts down
 
     def kv_usage(self) -> float:
         """Fraction of KV cache blocks in use (0..1)."""
@@ -106,6 +108,10 @@ class Engine:
         try:
             if need > self.headroom.usable_bytes:
                 self.die_oom(need)
+                return False
+            if self.state_path is not None and take_quirk(self.state_path, "hang") == "once":
+                # a stuck collective: the request never finishes, /health still says 200
+                self.stop.wait()
                 return False
             ttft = 0.01 + prompt_tokens * 2e-6
             time.sleep(ttft)

@@ -17,6 +17,7 @@ from typing import Any
 
 from ascend_doctor.sim.faults import get_fault
 from ascend_doctor.sim.state import (
+    QUIRKS,
     STATE_ENV,
     find_device,
     initial_state,
@@ -136,6 +137,18 @@ class SimHost:
             raise ValueError(f"unknown npu-smi mode {mode!r} (known: {', '.join(NPU_SMI_MODES)})")
         with update_state(self.state_path) as state:
             state["npu_smi_mode"] = mode
+
+    def set_quirk(self, name: str, value: str | None) -> None:
+        """Switch a host behaviour on (see ``sim.state.QUIRKS``) or off (``None``)."""
+        if name not in QUIRKS or (value is not None and value not in QUIRKS[name]):
+            known = ", ".join(f"{k}={'|'.join(v)}" for k, v in QUIRKS.items())
+            raise ValueError(f"unknown quirk {name}={value} (known: {known})")
+        with update_state(self.state_path) as state:
+            quirks = state.setdefault("quirks", {})
+            if value is None:
+                quirks.pop(name, None)
+            else:
+                quirks[name] = value
 
     def add_process(self, device: int, pid: int, name: str, memory_mb: int) -> None:
         """Record a process holding ``device`` (pruned by npu-smi once ``pid`` dies)."""

@@ -8,7 +8,7 @@ and what the doctor is expected to conclude (category and remedial action).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -16,9 +16,11 @@ from typing import Any
 import yaml
 
 from ascend_doctor.sim.faults import FAULTS
+from ascend_doctor.sim.state import QUIRKS
 
 SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
-_KEYS = {"name", "description", "model", "flags", "env", "stimulus", "expect"}
+_KEYS = {"name", "description", "model", "flags", "env", "host", "stimulus", "expect"}
+_EXPECT_STATES = ("resolved", "escalated")
 _STIMULUS_KEYS = {"requests", "prompt_tokens", "max_tokens", "inject", "after_seconds"}
 
 
@@ -35,6 +37,23 @@ class Stimulus:
 
 
 @dataclass(frozen=True)
+class Holder:
+    """A foreign process that holds a device for the whole scenario."""
+
+    device: int
+    name: str
+    memory_mb: int
+
+
+@dataclass(frozen=True)
+class HostSetup:
+    """How the host is prepared before the server starts."""
+
+    quirks: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    holders: tuple[Holder, ...] = ()
+
+
+@dataclass(frozen=True)
 class Scenario:
     """One scenario file, validated."""
 
@@ -45,8 +64,15 @@ class Scenario:
     env: Mapping[str, str]
     stimulus: Stimulus
     expect: Mapping[str, str]
-    """``{"category": ..., "action": ...}``: what the doctor should find and do."""
+    """``{"category": ..., "action": ..., "state": ...}``: what the doctor should find and
+    do, and how the incident ends (``resolved`` unless said otherwise)."""
     path: Path
+    host: HostSetup = field(default_factory=HostSetup)
+
+    @property
+    def expected_state(self) -> str:
+        """How the scenario's incident should end."""
+        return self.expect.get("state", "resolved")
 
 
 def list_scenarios() -> list[str]:
@@ -109,6 +135,28 @@ def _stimulus(path: Path, raw: object) -> Stimulus:
     )
 
 
+def _host(path: Path, raw: object) -> HostSetup:
+    if raw is None:
+        return HostSetup()
+    if not isinstance(raw, dict) or set(raw) - {"quirks", "holders"}:
+        raise _fail(path, "host", "expected a mapping with quirks and/or holders")
+    quirks = _str_map(path, raw.get("quirks"), "host.quirks", ())
+    for name, value in quirks.items():
+        if value not in QUIRKS.get(name, ()):
+            raise _fail(path, f"host.quirks.{name}", f"unknown quirk value {value!r}")
+    holders = []
+    for n, h in enumerate(raw.get("holders") or []):
+        key = f"host.holders[{n}]"
+        if not isinstance(h, dict) or set(h) != {"device", "name", "memory_mb"}:
+            raise _fail(path, key, "expected {device: N, name: TEXT, memory_mb: N}")
+        if not all(
+            isinstance(h[k], int) and not isinstance(h[k], bool) for k in ("device", "memory_mb")
+        ):
+            raise _fail(path, key, "device and memory_mb must be integers")
+        holders.append(Holder(h["device"], str(h["name"]), h["memory_mb"]))
+    return HostSetup(quirks, tuple(holders))
+
+
 def _str_map(path: Path, raw: object, key: str, required: tuple[str, ...]) -> Mapping[str, str]:
     if raw is None:
         raw = {}
@@ -137,6 +185,9 @@ def parse_scenario(path: Path) -> Scenario:
     if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
         raise _fail(path, "flags", f"expected a list of strings, got {flags!r}")
     name = _str(path, data, "name")
+    expect = _str_map(path, data.get("expect"), "expect", ("category", "action"))
+    if expect.get("state", "resolved") not in _EXPECT_STATES:
+        raise _fail(path, "expect.state", f"expected one of {_EXPECT_STATES}")
     if name != path.stem:
         raise _fail(path, "name", f"{name!r} does not match the file name {path.stem!r}")
     return Scenario(
@@ -146,6 +197,7 @@ def parse_scenario(path: Path) -> Scenario:
         flags=tuple(flags),
         env=_str_map(path, data.get("env"), "env", ()),
         stimulus=_stimulus(path, data.get("stimulus")),
-        expect=_str_map(path, data.get("expect"), "expect", ("category", "action")),
+        expect=expect,
         path=path,
+        host=_host(path, data.get("host")),
     )

@@ -65,6 +65,7 @@ def initial_state(
             for n in range(devices)
         ],
         "processes": [],
+        "quirks": {},
         "npu_smi_mode": "normal",
         "reset_seconds": reset_seconds,
         "load_seconds": load_seconds,
@@ -131,6 +132,26 @@ def prune_dead(state: dict[str, Any]) -> bool:
     live = [p for p in procs if pid_alive(int(p["pid"]))]
     state["processes"] = live
     return len(live) != len(procs)
+
+
+QUIRKS = {
+    "graph_capture": ("fail",),
+    "hang": ("once",),
+    "aicore": ("always",),
+}
+"""Host behaviours a scenario can switch on: ACL graph capture fails (an HDK without the
+stream resources capture needs), the next request hangs the engine once, or every start dies
+of an AI Core exception (a failure no remediation step fixes)."""
+
+
+def take_quirk(path: Path, name: str) -> str | None:
+    """The value of quirk ``name``; a ``once`` quirk is consumed by the caller that sees it."""
+    with update_state(path) as state:
+        quirks: dict[str, str] = state.setdefault("quirks", {})
+        value = quirks.get(name)
+        if value == "once":
+            del quirks[name]
+    return value
 
 
 def find_device(state: dict[str, Any], n: int) -> dict[str, Any] | None:

@@ -28,7 +28,14 @@ from ascend_doctor.sim.models import (
     plan_memory,
 )
 from ascend_doctor.sim.msprof import DYNAMIC_KEY
-from ascend_doctor.sim.state import STATE_ENV, find_device, prune_dead, read_state, update_state
+from ascend_doctor.sim.state import (
+    STATE_ENV,
+    find_device,
+    prune_dead,
+    read_state,
+    take_quirk,
+    update_state,
+)
 from ascend_doctor.sim.vllm_args import build_config, dynamic_profiling, parse_args, profiler_dir
 from ascend_doctor.sim.vllm_http import VERSION, SimServer
 from ascend_doctor.sim.vlog import API, ENGINE, Plog, VllmOut, log_root_from_env
@@ -140,6 +147,8 @@ class Server:
             "model_runner_v1.py:2345",
             f"Loading model weights took {plan.weights_gib:.4f} GB",
         )
+        if self.state_path is not None and take_quirk(self.state_path, "aicore") == "always":
+            return self._aicore_exception()
         if plan.available_bytes <= 0:
             return self._fail(txt.no_cache_memory_error(), "{'EngineCore_DP0': 1}")
         self.out.log(
@@ -163,7 +172,70 @@ class Server:
             f"Maximum concurrency for {cfg.max_model_len:,} tokens per request: "
             f"{plan.capacity_tokens / cfg.max_model_len:.2f}x",
         )
+        if cfg.enforce_eager:
+            return plan
+        capture_fails = (
+            self.state_path is not None and take_quirk(self.state_path, "graph_capture") == "fail"
+        )
+        self.out.log(
+            ENGINE,
+            "INFO",
+            "acl_graph.py:150",
+            "Capturing ACL graphs (mixed prefill-decode, PIECEWISE): 67 sizes",
+        )
+        if capture_fails:
+            return self._capture_failure()
+        self.out.log(
+            ENGINE, "INFO", "model_runner_v1.py:3120", "Graph capturing finished in 1 secs"
+        )
         return plan
+
+    def _worker_error(self, text: str) -> None:
+        for line in text.splitlines():
+            self.out.log("Worker_TP0", "ERROR", "multiproc_executor.py:654", line)
+
+    def _capture_failure(self) -> int:
+        """A synchronous copy in the model path is not allowed while capturing (107030)."""
+        self.plog.write(
+            "ERROR",
+            "RUNTIME",
+            "api_c.cc:1097",
+            "rtMemcpy:ErrCode=107030, desc=[the current capture mode does not support this"
+            " operation], InnerCode=0x703001c",
+        )
+        self._worker_error(
+            "RuntimeError: capture_end:build/CMakeFiles/torch_npu.dir/compiler_depend.ts:247 "
+            "NPU function error: c10_npu::acl::AclmdlRICaptureEnd(capture_stream_, &model_ri_),"
+            " error code is 107030"
+        )
+        return self._fail(
+            "RuntimeError: Worker failed with error 'ACL graph capture failed', please check "
+            "the stack trace above for the root cause",
+            "{'EngineCore_DP0': 1}",
+        )
+
+    def _aicore_exception(self) -> int:
+        """The profile run's first kernel raises an AI Core exception, at every start."""
+        device = self.cfg.devices[0] if self.cfg.devices else 0
+        self.plog.write(
+            "ERROR",
+            "RUNTIME",
+            "device_error_core_proc.cc:1060",
+            f"PrintCoreInfo:The error from device(chipId:{device}, dieId:0), serial number is 7,"
+            " there is an exception of fftsplus aicore error, core id is 7, error code = 0,"
+            " dump info: pc start: 0x12c0c136b000",
+        )
+        self._worker_error(
+            f"EZ9999: [PID: {self.pid}] The error from device(chipId:{device}, dieId:0), serial"
+            " number is 8, there is an exception of aivec error, core id is 40, error code = 0,"
+            " dump info: pc start: 0x124101423000, current: 0x12410142395c."
+            "[FUNC:ProcessStarsCoreErrorInfo][FILE:device_error_core_proc.cc][LINE:303]"
+        )
+        return self._fail(
+            "RuntimeError: Worker failed with error 'The Inner error is reported as above.',"
+            " please check the stack trace above for the root cause",
+            "{'EngineCore_DP0': 1}",
+        )
 
     def run(self) -> int:
         """Start up, serve until stopped or dead, shut down; return the exit status."""
@@ -232,6 +304,8 @@ class Server:
         cfg, out = self.cfg, self.out
         headroom = activation_headroom(plan, cfg.gpu_memory_utilization, cfg.expandable_segments)
         engine = Engine(cfg, plan, headroom, out, self.plog)
+        engine.state_path = self.state_path
+        engine.stop = self.stop
         assert self.httpd is not None
         self.httpd.engine = engine
         threading.Thread(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,16 @@ def state_with_an_override(tmp_path: Path) -> Path:
         "launch", {"argv": ["vllm", "serve", "m", "--max-model-len", "32768"], "env": {}}
     )
     store.set_meta("server", {"state": "RUNNING", "pid": 4242, "reason": "/health answered 200"})
+    now = time.time()
+    store.set_meta("doctor", {"mode": "auto", "remediation": {"budget_per_hour": 4}})
+    store.set_meta(
+        "remediation.history",
+        [
+            {"at": now - 60, "category": "kv_cache_insufficient"},
+            {"at": now - 7200, "category": "x"},
+        ],
+    )
+    store.set_meta("remediation.last_run", {"lower_max_model_len": now - 60})
     store.close()
     return state
 
@@ -56,6 +67,10 @@ def test_status_shows_the_effective_command_and_where_each_change_came_from(
     assert "server: RUNNING (pid 4242)" in out.stdout
     assert "launch: vllm serve m --max-model-len 15744" in out.stdout
     assert "override --max-model-len=15744 (learned from incident #1)" in out.stdout
+    # the running doctor's budget (4/h, one step used an hour ago does not count)
+    assert "remediation budget: 3 of 4 steps left this hour; lower_max_model_len cooling down" in (
+        out.stdout
+    )
     data = json.loads(doctor("status", "--state-dir", str(state), "--json").stdout)
     assert data["launch"]["argv"][-2:] == ["--max-model-len", "15744"]
     assert [i["category"] for i in data["open_incidents"]] == ["kv_cache_insufficient"]

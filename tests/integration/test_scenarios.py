@@ -88,3 +88,53 @@ def test_device_fault_resets_the_faulty_device(tmp_path: Path) -> None:
     assert reset["params"]["command"] == ["npu-smi", "set", "-t", "reset", "-i", "3", "-c", "0"]
     assert reset["params"]["health_after"] == "OK"
     assert result.stdout.rstrip().splitlines()[-3].split() == ["device-fault", "recovered"]
+
+
+def test_graph_capture_failure_next_start_runs_eagerly(tmp_path: Path) -> None:
+    result, state = run_scenario(tmp_path, "graph-capture")
+    assert result.returncode == 0, result.stdout + result.stderr
+    inc = only(incidents(state), "graph_capture_error")
+    assert inc["state"] == "resolved"
+    (eager,) = [a for a in inc["actions"] if a["name"] == "enforce_eager"]
+    assert eager["outcome"] == "ok"
+    starts = [
+        ln for ln in (state / "server.log").read_text().splitlines() if "enforce_eager=" in ln
+    ]
+    assert len(starts) == 2
+    assert "enforce_eager=False" in starts[0] and "enforce_eager=True" in starts[1]
+    (verify,) = [a for a in inc["actions"] if a["name"] == "verify"]
+    assert verify["outcome"] == "ok" and "1-token completion" in verify["reason"]
+
+
+def test_hang_with_health_200_is_detected_from_metrics_and_restarted(tmp_path: Path) -> None:
+    result, state = run_scenario(tmp_path, "hang")
+    assert result.returncode == 0, result.stdout + result.stderr
+    inc = only(incidents(state), "server_hang")
+    assert inc["state"] == "resolved"
+    names = [(a["name"], a["outcome"]) for a in inc["actions"]]
+    assert ("collect_diagnostics", "ok") in names and ("restart", "ok") in names
+    assert ("capture_profile", "refused") in names  # profiling is off: said, not failed
+    assert names[-1] == ("verify", "ok")
+
+
+def test_device_busy_refuses_the_reset_and_names_the_holder(tmp_path: Path) -> None:
+    result, state = run_scenario(tmp_path, "device-busy")
+    assert result.returncode == 0, result.stdout + result.stderr
+    inc = only(incidents(state), "device_fault")
+    assert inc["state"] == "escalated"
+    (reset,) = [a for a in inc["actions"] if a["name"] == "reset_device"]
+    assert reset["outcome"] == "refused"
+    (holder,) = reset["params"]["holders"]
+    assert reset["reason"] == f"reset refused: pid {holder} (python3) holds device 6"
+    assert inc["actions"][-1]["name"] == "escalate"
+    assert result.stdout.rstrip().splitlines()[-3].split()[0] == "device-busy"
+    assert "escalated to a human" in result.stdout.rstrip().splitlines()[-3]
+
+
+def test_crash_loop_escalates_after_its_only_step(tmp_path: Path) -> None:
+    result, state = run_scenario(tmp_path, "crash-loop")
+    assert result.returncode == 0, result.stdout + result.stderr
+    inc = only(incidents(state), "aicore_error")
+    assert inc["state"] == "escalated"
+    assert [a["name"] for a in inc["actions"]] == ["collect_diagnostics", "restart", "escalate"]
+    assert "server    STOPPED  staying stopped" in result.stdout

@@ -15,7 +15,15 @@ from ascend_doctor.sim.scenarios import list_scenarios, load_scenario, parse_sce
 
 
 def test_shipped_scenarios_load() -> None:
-    assert list_scenarios() == ["device-fault", "kv-cache", "npu-oom"]
+    assert list_scenarios() == [
+        "crash-loop",
+        "device-busy",
+        "device-fault",
+        "graph-capture",
+        "hang",
+        "kv-cache",
+        "npu-oom",
+    ]
     kv = load_scenario("kv-cache")
     assert kv.flags == ("--max-model-len", "32768", "--gpu-memory-utilization", "0.5")
     assert kv.expect == {"category": "kv_cache_insufficient", "action": "lower_max_model_len"}
@@ -23,6 +31,32 @@ def test_shipped_scenarios_load() -> None:
     assert fault.env["ASCEND_RT_VISIBLE_DEVICES"] == "3"
     assert (fault.stimulus.inject_device, fault.stimulus.inject_fault) == (3, "heartbeat_lost")
     assert load_scenario("npu-oom").expect["action"] == "restart"
+    assert kv.expected_state == "resolved"
+    busy = load_scenario("device-busy")
+    assert busy.expected_state == "escalated"
+    assert [(h.device, h.name) for h in busy.host.holders] == [(6, "python3")]
+    assert load_scenario("crash-loop").host.quirks == {"aicore": "always"}
+
+
+def test_invalid_host_setup_is_named(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    head = "name: bad\ndescription: x\nmodel: m\nexpect: {category: c, action: a}\n"
+    bad.write_text(head + "host: {quirks: {hang: always}}\n")
+    with pytest.raises(ValueError, match=r"key 'host.quirks.hang': unknown quirk value"):
+        parse_scenario(bad)
+    bad.write_text(head + "host: {holders: [{device: 1}]}\n")
+    with pytest.raises(ValueError, match=r"key 'host.holders\[0\]'"):
+        parse_scenario(bad)
+    bad.write_text(head.replace("action: a", "action: a, state: fixed"))
+    with pytest.raises(ValueError, match=r"key 'expect.state'"):
+        parse_scenario(bad)
+
+
+def test_quirk_values_are_checked(host: SimHost) -> None:
+    host.set_quirk("graph_capture", "fail")
+    with pytest.raises(ValueError, match="unknown quirk"):
+        host.set_quirk("graph_capture", "sometimes")
+    host.set_quirk("graph_capture", None)
 
 
 def test_unknown_and_invalid_scenarios(tmp_path: Path) -> None:
