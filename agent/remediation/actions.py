@@ -113,6 +113,9 @@ async def lower_max_model_len(
         fits = _int(ev.captures.get("kv_tokens"))
         source = "the KV cache size in tokens"
     if fits is None:
+        fits = _fits_from_memory(ev.captures)
+        source = "the available KV cache memory over the model's KV bytes per token"
+    if fits is None:
         return Done(Outcome.REFUSED, "no evidence of what fits (no estimate, no KV token count)")
     target = fits // block * block
     p = {"from": current, "to": target, "fits": fits, "block_size": block, "evidence": source}
@@ -123,6 +126,20 @@ async def lower_max_model_len(
         return Done(Outcome.REFUSED, f"{target} is not lower than the current {current}", p)
     why = f"{source} is {fits}; {target} is the largest multiple of block size {block}"
     return Done(Outcome.OK, why, p, restart=True, override=("--max-model-len", "arg", str(target)))
+
+
+def _fits_from_memory(captures: Mapping[str, str]) -> int | None:
+    """Tokens the available KV memory holds, from what one request of ``max_model_len``
+    tokens needs (vLLM messages without the estimate): per-token size = needed / length."""
+    try:
+        length = int(captures["max_model_len"])
+        needed = float(captures["needed_gib"])
+        available = float(captures["available_gib"])
+    except (KeyError, ValueError):
+        return None
+    if length <= 0 or needed <= 0 or available <= 0:
+        return None
+    return int(length * available / needed)
 
 
 async def lower_gpu_memory_utilization(

@@ -34,6 +34,9 @@ from ascend_doctor.rules.loader import RuleSet
 
 log = logging.getLogger(__name__)
 
+DESTRUCTIVE = frozenset({"reset_device"})
+"""Actions after which the evidence on the device is gone: a snapshot is taken first."""
+
 
 @dataclass(frozen=True)
 class StepResult:
@@ -76,6 +79,10 @@ class Remediator:
             why = "no remediation step left" if steps else "no automatic fix for this failure"
             return self._escalate(inc, why)
         step = steps[inc.step]
+        names = [p.name for p in step]
+        if set(names) & DESTRUCTIVE and "collect_diagnostics" not in names:
+            # what the device and the logs said, kept before anything is reset
+            step = (PlannedAction("collect_diagnostics"), *step)
         acting = cfg.mode == "auto" and not cfg.dry_run
         if acting:
             wait = self.policy.cooldown([p.name for p in step])
@@ -135,7 +142,14 @@ class Remediator:
         ):
             # A reset acts on the world even to check its preconditions (it stops the server).
             mode = "dry_run" if self.ctx.config.dry_run else self.ctx.config.mode
-            done = Done(_passive(mode), f"{mode}: would reset the device", dict(planned.params))
+            device = _int_or(ev.captures.get("device", planned.params.get("device", "N")))
+            command = f"npu-smi set -t reset -i {device} -c 0"
+            done = Done(
+                _passive(mode),
+                f"{mode}: would reset the device ({command}) once the server is stopped and"
+                " no other process holds it",
+                {**planned.params, "command": command},
+            )
             self._record(inc, planned.name, done.outcome, done.reason, done.params)
             return Done(done.outcome, done.reason, done.params)
         try:
@@ -147,7 +161,15 @@ class Remediator:
             self.ctx.config.dry_run or self.ctx.config.mode != "auto"
         ):
             mode = "dry_run" if self.ctx.config.dry_run else self.ctx.config.mode
-            done = Done(_passive(mode), f"{mode}: would {done.reason}", done.params)
+            if done.override is not None:
+                change = describe_override(*done.override)
+                done = Done(
+                    _passive(mode),
+                    f"{mode}: would change the launch: {change} ({done.reason})",
+                    {**done.params, "change": change},
+                )
+            else:
+                done = Done(_passive(mode), f"{mode}: would {done.reason}", done.params)
         elif done.outcome == Outcome.OK:
             self.policy.ran(planned.name)
             if done.override is not None:
@@ -192,8 +214,8 @@ class Remediator:
                 self.policy.ran(planned.name)
                 done = Done(Outcome.OK, "restart through the restart command", {}, restart=True)
         elif planned.name == "reset_device":
-            device = ev.captures.get("device", params.get("device", "N"))
-            command = f"npu-smi set -t reset -i {_int_or(device)} -c 0"
+            device = _int_or(ev.captures.get("device", params.get("device", "N")))
+            command = f"npu-smi set -t reset -i {device} -c 0"
             done = Done(
                 Outcome.SUGGESTED,
                 "attach mode: the doctor cannot stop a server it does not own; stop it, check"

@@ -183,7 +183,8 @@ async def test_device_reset_refused_unless_allowed(tmp_path: Path) -> None:
     (inc_id,) = w.incidents.ingest([f])
     result = await w.remediator.remediate(inc_id)
     assert result.escalated
-    refused = w.store.actions(inc_id)[0]
+    snapshot, refused = w.store.actions(inc_id)[:2]
+    assert snapshot.name == "collect_diagnostics"  # always taken before a destructive step
     assert refused.outcome == "refused"
     assert "allow_device_reset = false" in refused.reason
     assert w.stopped == []
@@ -194,7 +195,7 @@ async def test_device_reset_refused_for_a_device_the_server_does_not_use(tmp_pat
     f = w.finding("drv-device-heartbeat-lost", {"device": "5"}, 10, subject="npu5")
     (inc_id,) = w.incidents.ingest([f])
     await w.remediator.remediate(inc_id)
-    assert "device 5 is not used by this server ([3])" in w.store.actions(inc_id)[0].reason
+    assert "device 5 is not used by this server ([3])" in w.store.actions(inc_id)[1].reason
 
 
 def test_severity_labels() -> None:
@@ -415,3 +416,16 @@ async def test_attach_mode_suggests_the_exact_flag_and_restarts_only_by_command(
     (aic,) = v.incidents.ingest([v.finding("rt-aicore-exception", {}, 30)])
     assert not (await v.remediator.remediate(aic)).restart
     assert v.store.actions(aic)[-1].outcome == "suggested"
+
+
+async def test_lower_max_model_len_computed_from_kv_memory_without_an_estimate(
+    tmp_path: Path,
+) -> None:
+    w = World(tmp_path, ("vllm", "serve", "m", "--max-model-len", "32768"))
+    caps = {"max_model_len": "32768", "needed_gib": "6.00", "available_gib": "2.89"}
+    (inc_id,) = w.incidents.ingest([w.finding("vllm-kv-cache-max-len-estimate", caps, 10)])
+    assert (await w.remediator.remediate(inc_id)).restart
+    (action,) = w.store.actions(inc_id)
+    # 32768 tokens need 6.00 GiB: 2.89 GiB hold 15783 tokens, 15744 in whole 128-token blocks
+    assert action.params["fits"] == 15783 and action.params["to"] == 15744
+    assert action.params["evidence"].startswith("the available KV cache memory")
