@@ -30,6 +30,8 @@ from ascend_doctor.sim.host import SimHost
 from ascend_doctor.sim.scenarios import Scenario, list_scenarios, load_scenario
 
 SCENARIO_DEADLINE = 45.0  # seconds one scenario may take before it counts as not recovered
+TOUR = ("kv-cache", "npu-oom", "device-fault", "graph-capture", "hang", "device-busy", "crash-loop")
+"""The order of the tour: the fixes first, then what only a human can fix."""
 
 
 def scenario_list() -> list[tuple[str, str]]:
@@ -52,6 +54,9 @@ def demo_config() -> Config:
         ),
         remediation=dataclasses.replace(
             base.remediation,
+            # seven deployments in a minute on one host: the real budget (6 an hour) would
+            # rightly stop the tour half-way
+            budget_per_hour=30,
             allow_device_reset=True,
             reset_settle=1.0,
             settle_seconds=3.0,
@@ -103,7 +108,7 @@ def run_demo(
     for name in names:
         if name not in known:
             raise ConfigError(f"unknown scenario {name!r}; known: {', '.join(known)}")
-    names = names or known
+    names = names or sorted(known, key=lambda n: (TOUR.index(n) if n in TOUR else len(TOUR), n))
     work = Path(tempfile.mkdtemp(prefix="ascend-doctor-demo-"))
     state_dir = state_dir or work / "state"
     state_dir.mkdir(parents=True, exist_ok=True)

@@ -90,6 +90,9 @@ def prepare(scenario: Scenario, host: SimHost) -> Callable[[], None]:
     def cleanup() -> None:
         for name in scenario.host.quirks:
             host.set_quirk(name, None)
+        if scenario.stimulus.inject_device is not None:
+            # a card the doctor was right not to reset is replaced before the next deployment
+            host.repair(scenario.stimulus.inject_device)
         for proc in holders:
             proc.kill()
             proc.wait()

@@ -116,6 +116,14 @@ class SimHost:
             dev["error_code"] = spec.error_code
             dev["error_info"] = spec.error_info
 
+    def repair(self, device: int) -> None:
+        """Replace the card: ``device`` is healthy again (between scenarios)."""
+        with update_state(self.state_path) as state:
+            dev = find_device(state, device)
+            if dev is None:
+                raise ValueError(f"no device {device} on this host")
+            dev.update(health="OK", fault=None, error_code="NA", error_info="NA")
+
     def device(self, n: int) -> dict[str, Any]:
         """Current record of device ``n`` (health, fault, ...); KeyError if absent."""
         dev = find_device(read_state(self.state_path), n)

@@ -84,8 +84,9 @@ class Remediator:
             # what the device and the logs said, kept before anything is reset
             step = (PlannedAction("collect_diagnostics"), *step)
         acting = cfg.mode == "auto" and not cfg.dry_run
+        evidence = self._evidence(inc)
         if acting:
-            wait = self.policy.cooldown([p.name for p in step])
+            wait = self.policy.cooldown([_cooldown_key(p.name, inc, evidence) for p in step])
             if wait is not None:
                 name, seconds = wait
                 self._record(
@@ -100,7 +101,6 @@ class Remediator:
             if not verdict.allowed:
                 self._record(inc, "plan", Outcome.REFUSED, verdict.reason, {})
                 return self._escalate(inc, verdict.reason)
-        evidence = self._evidence(inc)
         restart = False
         self._suggested_in_step = False
         for planned in step:
@@ -171,7 +171,7 @@ class Remediator:
             else:
                 done = Done(_passive(mode), f"{mode}: would {done.reason}", done.params)
         elif done.outcome == Outcome.OK:
-            self.policy.ran(planned.name)
+            self.policy.ran(_cooldown_key(planned.name, inc, ev))
             if done.override is not None:
                 key, kind, value = done.override
                 self.ctx.store.set_override(key, kind, value, inc.id)
@@ -255,7 +255,16 @@ class Remediator:
             inc.id, state=IncidentState.ESCALATED, resolved_at=self.ctx.clock()
         )
         log.error("incident %d escalated: %s", inc.id, why)
-        return StepResult(restart=False, escalated=True)
+        return StepResult(restart=False, escalated=self._about_this_server(inc))
+
+    def _about_this_server(self, inc: Incident) -> bool:
+        """Whether an incident concerns the watched server (it, or a card it uses): a faulty
+        card nobody here uses goes to a human without stopping this server."""
+        if not inc.subject.startswith("npu"):
+            return True
+        digits = inc.subject[3:].split(".")[0]
+        devices = self.ctx.spec().devices(self.ctx.base_env)
+        return not digits.isdigit() or not devices or int(digits) in devices
 
     def record(
         self,
@@ -274,6 +283,17 @@ class Remediator:
         result = ActionResult(name, params, outcome, reason, self.ctx.clock())
         self.ctx.store.add_action(inc.id, result)
         log.warning("incident %d: %s %s: %s", inc.id, name, outcome.value, reason)
+
+
+def _cooldown_key(action: str, inc: Incident, ev: Evidence) -> str:
+    """What a cooldown is kept for: the action, and for a device reset the device (resetting
+    card 3 says nothing about when card 6 may be reset)."""
+    if action != "reset_device":
+        return action
+    device = ev.captures.get("device") or (
+        inc.subject[3:].split(".")[0] if inc.subject.startswith("npu") else ""
+    )
+    return f"reset_device:npu{device}" if device.isdigit() else action
 
 
 def _int_or(text: object) -> str:

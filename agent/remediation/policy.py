@@ -22,7 +22,8 @@ HISTORY = "remediation.history"
 ACKED = "remediation.acknowledged"
 """Store meta key: ``{category: epoch}`` of the last acknowledgement per category."""
 LAST_RUN = "remediation.last_run"
-"""Store meta key: ``{action: epoch}`` of the last time each action acted."""
+"""Store meta key: ``{action: epoch}`` of the last time each action acted (a device reset is
+kept per device: ``reset_device:npu3``)."""
 NO_COOLDOWN = frozenset({"restart", "collect_diagnostics", "capture_profile"})
 """Actions paced by other means (the supervisor's backoff) or harmless to repeat."""
 
@@ -98,7 +99,7 @@ class Policy:
         return None
 
     def _period(self, action: str) -> float:
-        if action == "reset_device":
+        if action.split(":", 1)[0] == "reset_device":
             return self.config.reset_cooldown
         return self.config.action_cooldown
 

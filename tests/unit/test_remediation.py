@@ -194,8 +194,10 @@ async def test_device_reset_refused_for_a_device_the_server_does_not_use(tmp_pat
     w = World(tmp_path, ("vllm", "serve", "m"), allow_device_reset=True)
     f = w.finding("drv-device-heartbeat-lost", {"device": "5"}, 10, subject="npu5")
     (inc_id,) = w.incidents.ingest([f])
-    await w.remediator.remediate(inc_id)
+    result = await w.remediator.remediate(inc_id)
     assert "device 5 is not used by this server ([3])" in w.store.actions(inc_id)[1].reason
+    assert w.store.incident(inc_id).state == IncidentState.ESCALATED
+    assert not result.escalated, "a card this server does not use must not stop the server"
 
 
 def test_severity_labels() -> None:
@@ -429,3 +431,21 @@ async def test_lower_max_model_len_computed_from_kv_memory_without_an_estimate(
     # 32768 tokens need 6.00 GiB: 2.89 GiB hold 15783 tokens, 15744 in whole 128-token blocks
     assert action.params["fits"] == 15783 and action.params["to"] == 15744
     assert action.params["evidence"].startswith("the available KV cache memory")
+
+
+async def test_reset_cooldown_is_kept_per_device(tmp_path: Path) -> None:
+    w = World(tmp_path, ("vllm", "serve", "m"), allow_device_reset=True)
+    w.ctx.base_env = {"ASCEND_RT_VISIBLE_DEVICES": "3,6"}
+    w.base = LaunchSpec(("vllm", "serve", "m", "--tensor-parallel-size", "2"))
+    w.remediator.policy.ran("reset_device:npu3")
+    w.now += 60
+    wait = w.remediator.policy.cooldown(["collect_diagnostics", "reset_device:npu3"])
+    assert wait == ("reset_device:npu3", 540.0)
+    assert w.remediator.policy.cooldown(["reset_device:npu6"]) is None
+    f = w.finding("drv-device-heartbeat-lost", {"device": "3"}, 10, subject="npu3")
+    (inc_id,) = w.incidents.ingest([f])
+    result = await w.remediator.remediate(inc_id)
+    assert result.retry_at == pytest.approx(w.now + 540)
+    assert w.store.actions(inc_id)[0].reason == (
+        "reset_device:npu3 is cooling down: the step waits 540s"
+    )
