@@ -874,6 +874,17 @@ class Store:
             out.setdefault(sink, {})[status] = n
         return out
 
+    def prune_alerts(self, before: float) -> int:
+        """Forget finished outbox rows queued before ``before``, keeping the newest delivered
+        or pending row of each (sink, dedup_key): it says what the sink was last told."""
+        with self._tx() as db:
+            return db.execute(
+                "DELETE FROM alert_outbox WHERE status != 'pending' AND created_at < ?"
+                " AND id NOT IN (SELECT MAX(id) FROM alert_outbox"
+                " WHERE status IN ('pending', 'sent') GROUP BY sink, dedup_key)",
+                (before,),
+            ).rowcount
+
     def acknowledged_incident_ids(self) -> list[int]:
         """Ids of every acknowledged incident (another process may have set the flag)."""
         rows = self._db.execute("SELECT id FROM incidents WHERE acknowledged = 1 ORDER BY id")

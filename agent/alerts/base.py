@@ -3,6 +3,7 @@ shares (what counts as retryable: network errors, timeouts, 429 and 5xx)."""
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -16,6 +17,8 @@ from ascend_doctor.core.errors import ConfigError
 from .model import Alert, Delivery, Kind
 
 REDACTED = "<redacted>"
+# httpx logs every request's URL at INFO, and a Slack or webhook URL is a secret
+logging.getLogger("httpx").setLevel(logging.WARNING)
 RESPONSE_KEPT = 500  # characters of a sink's answer kept in the outbox
 
 

@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 STATUS_META = "alerts.sinks"
 FINAL_FLUSH = 5.0  # seconds a stopping daemon gives the outbox to go out
 REPEAT_CHECK = 30.0  # seconds between scans for alerts due a repeat
+KEEP_DAYS = 7.0  # finished outbox rows are kept this long (the newest per key for ever)
+PRUNE_EVERY = 3600.0
 
 
 class TokenBucket:
@@ -80,6 +82,7 @@ class Deliverer:
         }
         self._acked: set[int] = set()
         self._next_repeat = 0.0
+        self._next_prune = 0.0
         self._last_status: Any = None
         self.client: httpx.AsyncClient | None = None
 
@@ -121,6 +124,9 @@ class Deliverer:
         finally:
             if client is not self.client:
                 await client.aclose()
+        if now >= self._next_prune:
+            self._next_prune = now + PRUNE_EVERY
+            self.store.prune_alerts(now - KEEP_DAYS * 86400)
         self._write_status()
 
     # -- acknowledgements and repeats ----------------------------------------------------------

@@ -237,3 +237,52 @@ async def test_alertmanager_firing_alert_is_resent_until_resolved(
     # resolved: endsAt is when it was resolved
     resolved = datetime.fromisoformat(bodies[3][0]["endsAt"].replace("Z", "+00:00")).timestamp()
     assert resolved == resolved_at
+
+
+async def test_old_finished_rows_are_pruned_but_what_a_sink_was_last_told_stays(
+    tmp_path: Path, receiver: Receiver
+) -> None:
+    clock = FakeClock()
+    r = rig(tmp_path / "state", alerts_config(sink("hook", "webhook", url=receiver.url)), {}, clock)
+    done = open_incident(r.store, at=clock.now)
+    firing = open_incident(r.store, category=Category.NPU_OOM, subject="server", at=clock.now)
+    r.store.update_incident(firing.id, state=IncidentState.ESCALATED, resolved_at=clock.now)
+    await r.drain()
+    r.store.update_incident(done.id, state=IncidentState.RESOLVED, resolved_at=clock.now)
+    await r.drain()
+    assert len(r.store.alerts(sink="hook")) == 3  # opened, escalated (coalesced), resolved
+    clock.advance(8 * 86400)
+    await r.drain()
+    kept = [(row.incident_id, row.kind, row.event) for row in r.store.alerts(sink="hook")]
+    # (the escalated one, never acknowledged, was repeated after the repeat interval)
+    assert kept == [(done.id, "resolve", "resolved"), (firing.id, "trigger", "escalated")]
+    assert r.store.alerts(sink="hook")[-1].alert["repeat"] is True
+
+
+async def test_unacknowledged_firing_alert_repeats_until_acknowledged(
+    tmp_path: Path, receiver: Receiver
+) -> None:
+    clock = FakeClock()
+    config = alerts_config(sink("hook", "webhook", url=receiver.url), repeat_interval=3600.0)
+    r = rig(tmp_path / "state", config, {}, clock)
+    inc = open_incident(r.store, at=clock.now)
+    r.store.update_incident(inc.id, state=IncidentState.ESCALATED, resolved_at=clock.now)
+    await r.drain()
+    clock.advance(1800)
+    await r.drain()
+    assert [(b["event"], b["repeat"]) for b in receiver.bodies()] == [("escalated", False)]
+    clock.advance(1801)
+    await r.drain()
+    clock.advance(1)
+    await r.drain()  # queued by the repeat scan, sent on the next pass at the latest
+    assert [(b["event"], b["repeat"]) for b in receiver.bodies()] == [
+        ("escalated", False),
+        ("escalated", True),
+    ]
+    r.store.update_incident(inc.id, acknowledged=True)
+    await r.drain()
+    clock.advance(5 * 3600)
+    await r.drain()
+    await r.drain()
+    kinds = [(b["kind"], b["repeat"]) for b in receiver.bodies()]
+    assert kinds == [("trigger", False), ("trigger", True), ("acknowledge", False)]
