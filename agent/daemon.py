@@ -107,7 +107,7 @@ class Daemon:
         self.store = Store.in_dir(state_dir)
         # alerts: a listener queues every alerting transition in the outbox (a bad sink is a
         # start-up error); the "alerts" task delivers it
-        self.alerts = AlertEngine(config.alerts, self.store, rules=rules)
+        self.alerts = AlertEngine(config.alerts, self.store, rules=rules, environ=self.base_env)
         self.store.listeners.append(self.alerts)
         self.engine = Engine(
             rules,

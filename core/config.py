@@ -241,7 +241,8 @@ class AlertRouteConfig:
     min_severity: str = "info"
     """The least severity it matches."""
     events: tuple[str, ...] = ("opened", "escalated", "resolved", "remediation_failed")
-    """Transitions it sends: ``opened``, ``escalated``, ``resolved``, ``remediation_failed``."""
+    """Transitions it triggers on: ``opened``, ``escalated``, ``remediation_failed`` (a resolve
+    or an acknowledgement always follows its trigger to the sinks that got it)."""
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,23 @@ seconds) and, when a secret is configured, ``X-Ascend-Doctor-Signature: sha256=<
 HMAC-SHA256 of ``<timestamp>.<body>`` under the secret. A receiver recomputes it and refuses
 old timestamps (replays). Configured ``headers`` are added (``"Name: value"``; ``env:VAR``
 values are read from the environment when sent).
+
+A body (schema v1; every field is documented on ``ascend_doctor.agent.alerts.model.Alert``)::
+
+    {"schema": "ascend-doctor.alert/v1", "kind": "trigger", "event": "escalated",
+     "dedup_key": "ascend-doctor:node-7:12:1796234242", "host": "node-7",
+     "summary": "NPU 3 lost its heartbeat (device_fault on node-7 npu3, escalated)",
+     "severity": "critical", "category": "device_fault", "subject": "npu3", "device": "npu3",
+     "incident_id": 12, "state": "escalated", "rule": "drv-device-heartbeat-lost",
+     "root_cause": "NPU 3 lost its heartbeat", "explain": "...",
+     "evidence": ["/var/log/npu/plog/plog-1.log:88: [ERROR] DRV... heartbeat lost"],
+     "actions": [{"name": "reset_device", "outcome": "refused", "reason": "...", "at": 1.7e9}],
+     "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736", "acknowledged": false,
+     "opened_at": 1796234242.1, "resolved_at": 1796234250.4, "at": 1796234250.5,
+     "repeat": false, "extra": {}}
+
+``kind`` is ``trigger``, ``acknowledge`` or ``resolve``; ``dedup_key`` is shared by every
+alert of one incident. Receivers must ignore fields they do not know.
 """
 
 from __future__ import annotations
