@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 
 EVIDENCE_LINES = 50
 LIVE = ("pending", "sent")  # outbox states of an alert that reached, or will reach, its sink
+ACTIVE = (IncidentState.OPEN, IncidentState.MITIGATING)
 
 
 def build_sinks(config: AlertsConfig, environ: Mapping[str, str] | None = None) -> list[Sink]:
@@ -109,6 +110,9 @@ class AlertEngine(StoreListener):
             self.transition(after, "escalated")
         elif before.state != after.state and after.state == IncidentState.RESOLVED:
             self.transition(after, "resolved")
+        elif before.severity < Severity.CRITICAL <= after.severity and after.state in ACTIVE:
+            # it became critical while unresolved: page sinks that have not heard of it yet
+            self.transition(after, "opened", only_new=True)
         if after.acknowledged and (before is None or not before.acknowledged):
             self.acknowledge(after)
 
@@ -166,12 +170,23 @@ class AlertEngine(StoreListener):
             repeat=repeat,
         )
 
-    def transition(self, incident: Incident, event: str) -> None:
-        """Queue what ``event`` of ``incident`` means for each sink."""
+    def transition(self, incident: Incident, event: str, *, only_new: bool = False) -> None:
+        """Queue what ``event`` of ``incident`` means for each sink (``only_new``: only for
+        sinks that have no trigger of this incident yet)."""
         if event == "resolved":
             self._resolve(incident)
             return
         targets = route(self.sinks, self.config.routes, incident, event)
+        if only_new:
+            key = self.dedup_key(incident)
+            targets = [
+                s
+                for s in targets
+                if not any(
+                    r.kind == Kind.TRIGGER
+                    for r in self.store.alerts(sink=s.name, dedup_key=key, statuses=LIVE)
+                )
+            ]
         if not targets:
             return
         now = self.clock()

@@ -286,3 +286,25 @@ async def test_unacknowledged_firing_alert_repeats_until_acknowledged(
     await r.drain()
     kinds = [(b["kind"], b["repeat"]) for b in receiver.bodies()]
     assert kinds == [("trigger", False), ("trigger", True), ("acknowledge", False)]
+
+
+async def test_incident_that_becomes_critical_while_unresolved_pages(
+    tmp_path: Path, receiver: Receiver
+) -> None:
+    chat = Receiver(default=(200, "ok"))
+    try:
+        config = alerts_config(
+            pd(receiver), sink("chat", "slack", url_env="SLACK_URL", rate=100.0, burst=100)
+        )
+        r = rig(tmp_path / "state", config, {**ENV, "SLACK_URL": chat.url})
+        inc = open_incident(r.store, severity=Severity.ERROR)
+        await r.drain()
+        assert receiver.bodies() == [] and len(chat.bodies()) == 1
+        r.store.update_incident(inc.id, severity=Severity.CRITICAL)
+        await r.drain()
+        r.store.update_incident(inc.id, summary="worse")  # no transition: nothing new
+        await r.drain()
+        assert [b["payload"]["severity"] for b in receiver.bodies()] == ["critical"]
+        assert len(chat.bodies()) == 1  # it already heard of it
+    finally:
+        chat.close()
