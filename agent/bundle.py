@@ -42,7 +42,7 @@ from ascend_doctor.core.store import STORE_NAME, Store
 MB = 1024 * 1024
 NPU_SMI_TIMEOUT = 10.0
 REDACTED = "<redacted>"
-SECRET_WORDS = ("secret", "token", "key", "password", "url")
+SECRET_WORDS = ("secret", "token", "key", "password", "url", "header")
 """A config key (or env var, or ``--flag``) whose name contains one of these is redacted."""
 
 _SINCE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd])\s*$", re.IGNORECASE)

@@ -349,6 +349,7 @@ def incident_dicts(store: Store) -> list[dict[str, Any]]:
 def _register() -> None:
     from ascend_doctor.agent.bundle import bundle
     from ascend_doctor.agent.check import check
+    from ascend_doctor.agent.cli_alerts import alerts_group, silence_group
     from ascend_doctor.agent.cli_rules import findings, rules_group
     from ascend_doctor.agent.cli_state import ack, overrides_group, status
     from ascend_doctor.agent.profile import profile
@@ -361,6 +362,8 @@ def _register() -> None:
     main.add_command(status)
     main.add_command(overrides_group)
     incidents.add_command(ack)
+    main.add_command(alerts_group)
+    main.add_command(silence_group)
 
 
 _register()

@@ -70,6 +70,7 @@ def status_dict(store: Store) -> dict[str, Any]:
             for i in open_incidents
         ],
         "collectors": collectors,
+        "alerts": store.meta("alerts.sinks") or {},
     }
 
 
@@ -133,6 +134,13 @@ def status(state_dir: Path | None, as_json: bool) -> None:
         ok = "ok" if c.get("ok") else f"failing: {c.get('last_error')}"
         click.echo(
             f"collector {name}: {c.get('runs', 0)} runs, {c.get('failures', 0)} failures, {ok}"
+        )
+    for name, a in data["alerts"].items():
+        last = f", last error: {a['last_error']}" if a.get("last_error") else ""
+        click.echo(
+            f"alert sink {name} ({a.get('type')}): {a.get('sent', 0)} sent,"
+            f" {a.get('queued', 0)} queued, {a.get('failed', 0)} rejected,"
+            f" {a.get('failures', 0)} failed attempts{last}"
         )
 
 

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from ascend_doctor.agent.alerts import AlertEngine, Deliverer
 from ascend_doctor.agent.attach import AttachedServer, AttachSpec, process_spec
 from ascend_doctor.agent.incidents import ACTIVE, IncidentManager
 from ascend_doctor.agent.launch import LaunchSpec
@@ -108,6 +109,10 @@ class Daemon:
         self.base_spec = spec
         self.base_env = dict(os.environ if base_env is None else base_env)
         self.store = Store.in_dir(state_dir)
+        # alerts: a listener queues every alerting transition in the outbox (a bad sink is a
+        # start-up error); the "alerts" task delivers it
+        self.alerts = AlertEngine(config.alerts, self.store, rules=rules, environ=self.base_env)
+        self.store.listeners.append(self.alerts)
         self.engine = Engine(
             rules,
             context_before=config.logs.context_before,
@@ -277,6 +282,7 @@ class Daemon:
             asyncio.create_task(self._tail_loop(), name="tail"),
             asyncio.create_task(self._decide_loop(), name="decide"),
             asyncio.create_task(self._verify_loop(), name="verify"),
+            asyncio.create_task(Deliverer(self.alerts).run(), name="alerts"),
         ]
         if self.config.collectors.npu_smi.enabled:
             tasks.append(asyncio.create_task(self._npu_smi_loop(), name="npu_smi"))

@@ -200,6 +200,87 @@ class IncidentsConfig:
     """Findings of a category and subject within this many seconds join one incident."""
 
 
+# -- alerts (issue 9) ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AlertSinkConfig:
+    """One ``[[alerts.sinks]]`` table: where alerts go. Secrets are never written here: a
+    key ending in ``_env`` names an environment variable, one ending in ``_file`` a file."""
+
+    name: str = ""
+    """The sink's name, used by routes, ``alerts test --sink`` and ``status``."""
+    type: str = ""
+    """``pagerduty``, ``slack``, ``alertmanager``, ``webhook`` or ``command``."""
+    role: str = ""
+    """``page`` or ``notify`` for the default routes; empty: pagerduty pages, others notify."""
+    url: str = ""
+    """Endpoint that is not a secret (Alertmanager base URL, PagerDuty events URL)."""
+    url_env: str = ""
+    """Environment variable holding a secret URL (Slack or webhook)."""
+    url_file: str = ""
+    """File holding a secret URL (Slack or webhook)."""
+    routing_key_env: str = ""
+    """Environment variable holding the PagerDuty routing key."""
+    routing_key_file: str = ""
+    """File holding the PagerDuty routing key."""
+    secret_env: str = ""
+    """Environment variable holding the webhook's HMAC-SHA256 secret."""
+    secret_file: str = ""
+    """File holding the webhook's HMAC-SHA256 secret."""
+    headers: tuple[str, ...] = ()
+    """Extra webhook headers, ``"Name: value"``; a value ``env:VAR`` is read from VAR."""
+    argv: tuple[str, ...] = ()
+    """The command sink's argv (no shell); the alert JSON arrives on its stdin."""
+    timeout: float = 10.0
+    """Seconds before one delivery attempt is abandoned."""
+    rate: float = 0.0
+    """Messages per second this sink may receive (token bucket); 0: 1 for Slack, else 10."""
+    burst: int = 0
+    """Token bucket size; 0: 1 for Slack, else 20."""
+    resend_interval: float = 60.0
+    """Alertmanager: seconds between re-sends of firing alerts (its client contract)."""
+
+
+@dataclass(frozen=True)
+class AlertRouteConfig:
+    """One ``[[alerts.routes]]`` table: which alerts go to which sinks."""
+
+    sinks: tuple[str, ...] = ()
+    """Sink names this route sends to."""
+    categories: tuple[str, ...] = ()
+    """Incident categories it matches; empty matches every category."""
+    min_severity: str = "info"
+    """The least severity it matches."""
+    events: tuple[str, ...] = ("opened", "escalated", "resolved", "remediation_failed")
+    """Transitions it triggers on: ``opened``, ``escalated``, ``remediation_failed`` (a resolve
+    or an acknowledgement always follows its trigger to the sinks that got it)."""
+
+
+@dataclass(frozen=True)
+class AlertsConfig:
+    """Alerts to on-call: sinks, routes and noise control."""
+
+    host: str = ""
+    """The host name alerts carry; empty: this machine's name."""
+    sinks: tuple[AlertSinkConfig, ...] = ()
+    """``[[alerts.sinks]]`` tables."""
+    routes: tuple[AlertRouteConfig, ...] = ()
+    """``[[alerts.routes]]`` tables; none: page sinks get escalated and critical incidents,
+    notify sinks every transition."""
+    group_wait: float = 5.0
+    """Seconds an alert waits before its first delivery; an incident that opens and
+    resolves within it sends nothing, transitions within it send only the latest."""
+    repeat_interval: float = 14400.0
+    """Seconds after which an unacknowledged firing alert is sent again; 0 never."""
+    poll_interval: float = 0.5
+    """Seconds between passes of the delivery loop."""
+    retry_initial: float = 2.0
+    """First retry delay after a failed delivery, in seconds (doubles, with jitter)."""
+    retry_max: float = 300.0
+    """Cap of the retry delay, in seconds."""
+
+
 @dataclass(frozen=True)
 class Config:
     """The whole configuration."""
@@ -218,12 +299,17 @@ class Config:
     """``[rules]``."""
     profiling: ProfilingConfig = field(default_factory=ProfilingConfig)
     """``[profiling]``."""
+    alerts: AlertsConfig = field(default_factory=AlertsConfig)
+    """``[alerts]``."""
 
 
 _CHOICES: dict[str, tuple[str, ...]] = {
     "remediation.mode": ("auto", "suggest", "off"),
     "remediation.on_escalation": ("stop", "keep"),
     "logs.read_from": ("end", "beginning"),
+    "alerts.sinks.type": ("pagerduty", "slack", "alertmanager", "webhook", "command"),
+    "alerts.sinks.role": ("", "page", "notify"),
+    "alerts.routes.min_severity": ("info", "warning", "error", "critical"),
 }
 _POSITIVE = {
     "server.start_timeout",
@@ -240,6 +326,11 @@ _POSITIVE = {
     "collectors.vllm.timeout",
     "remediation.command_timeout",
     "remediation.probe_timeout",
+    "alerts.poll_interval",
+    "alerts.retry_initial",
+    "alerts.retry_max",
+    "alerts.sinks.timeout",
+    "alerts.sinks.resend_interval",
 }
 
 
@@ -269,7 +360,14 @@ class _Source:
         *tables, key = dotted.split(".")
         lines = self.text.splitlines()
         start = 0
-        if tables:
+        index = re.fullmatch(r"(.*)\[(\d+)\]", tables[-1]) if tables else None
+        if index:  # a table of an array of tables: the n-th [[a.b]] header
+            names = [*tables[:-1], index.group(1)]
+            header = re.compile(r"^\s*\[\[\s*" + r"\s*\.\s*".join(map(re.escape, names)))
+            starts = [i for i, ln in enumerate(lines) if header.match(ln)]
+            n = int(index.group(2))
+            start = starts[n] if n < len(starts) else 0
+        elif tables:
             header = re.compile(r"^\s*\[\s*" + r"\s*\.\s*".join(map(re.escape, tables)) + r"\s*\]")
             start = next((i for i, ln in enumerate(lines) if header.match(ln)), 0)
         pat = re.compile(r"^\s*" + re.escape(key) + r"\s*=")
@@ -299,6 +397,17 @@ def _build(cls: type[Any], raw: Any, prefix: str, src: _Source) -> Any:
         hint = hints[f.name]
         if dataclasses.is_dataclass(hint):
             values[f.name] = _build(hint, raw[f.name], dotted + ".", src)  # type: ignore[arg-type]
+        elif get_origin(hint) is tuple and dataclasses.is_dataclass(get_args(hint)[0]):
+            # an array of tables ([[alerts.sinks]]): each built like a table, keys as a.b[i].c
+            if not isinstance(raw[f.name], list):
+                raise ConfigError(
+                    f"{src.where(dotted)}: config '{dotted}' must be an array of tables"
+                    f" ([[{dotted}]])"
+                )
+            item = get_args(hint)[0]
+            values[f.name] = tuple(
+                _build(item, r, f"{dotted}[{i}].", src) for i, r in enumerate(raw[f.name])
+            )
         else:
             values[f.name] = _coerce(hint, raw[f.name], dotted, src)
     return cls(**values)
@@ -310,6 +419,8 @@ def _coerce(hint: Any, value: Any, dotted: str, src: _Source) -> Any:
             f"{src.where(dotted)}: config '{dotted}' is {value!r}: expected {expected}"
         )
 
+    plain = re.sub(r"\[\d+\]", "", dotted)  # alerts.sinks[1].type checks as alerts.sinks.type
+
     if hint is bool:
         if not isinstance(value, bool):
             raise bad("true or false")
@@ -317,13 +428,13 @@ def _coerce(hint: Any, value: Any, dotted: str, src: _Source) -> Any:
     if hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise bad("an integer")
-        if value < 0 or (dotted in _POSITIVE and value == 0):
+        if value < 0 or (plain in _POSITIVE and value == 0):
             raise bad("a positive integer")
         return value
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise bad("a number")
-        if value < 0 or (dotted in _POSITIVE and value == 0):
+        if value < 0 or (plain in _POSITIVE and value == 0):
             raise bad("a positive number")
         if dotted.endswith("gpu_memory_utilization") and not 0 < value <= 1:
             raise bad("a number in (0, 1]")
@@ -331,7 +442,7 @@ def _coerce(hint: Any, value: Any, dotted: str, src: _Source) -> Any:
     if hint is str:
         if not isinstance(value, str):
             raise bad("a string")
-        choices = _CHOICES.get(dotted)
+        choices = _CHOICES.get(plain)
         if choices and value not in choices:
             raise bad("one of " + ", ".join(choices))
         return value
@@ -351,6 +462,9 @@ def default_state_dir() -> Path:
 
 
 __all__ = [
+    "AlertRouteConfig",
+    "AlertSinkConfig",
+    "AlertsConfig",
     "CollectorsConfig",
     "Config",
     "IncidentsConfig",
