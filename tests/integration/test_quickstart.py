@@ -38,7 +38,8 @@ def _run(script: str, cwd: Path, env: dict[str, str]) -> str:
 def test_quickstart_reaches_a_watched_server(tmp_path: Path) -> None:
     blocks = re.findall(r"```sh\n(.*?)```", DOC.read_text(encoding="utf-8"), re.S)
     host_block = _block(blocks, "sim.shell create")
-    watch_block = _block(blocks, "ascend-doctor watch")
+    watch_block = _block(blocks, "export ASCEND_RT_VISIBLE_DEVICES")
+    again_block = _block(blocks, "npu-smi set -t reset")
     look_block = _block(blocks, "ascend-doctor status")
     break_block = _block(blocks, "sim.shell inject")
     # the doc's directory and port, moved to this test's own
@@ -47,14 +48,18 @@ def test_quickstart_reaches_a_watched_server(tmp_path: Path) -> None:
     host_block = host_block.replace("~/doctor-try", str(work))
     port = free_port()
     watch_block = watch_block.replace("--port 8000", f"--port {port}")
+    again_block = again_block.replace("--port 8000", f"--port {port}")
     look_block = look_block.replace("127.0.0.1:8000", f"127.0.0.1:{port}")
     # an installed doctor: the venv's bin first on PATH, as after `. .venv/bin/activate`
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     for name in ("ASCEND_PROCESS_LOG_PATH", "ASCEND_RT_VISIBLE_DEVICES", "ASCEND_SIM_STATE"):
         env.pop(name, None)
+    # one shell, as one terminal: steps 3 and 4; after Ctrl-C (here SIGTERM), step 7
     script = (
         f"set -e\n{host_block}\n{watch_block.rstrip()} > watch.out 2>&1 &\n"
-        "echo $! > watch.pid\nwait $!\n"
+        "echo $! > watch.pid\nwait $! || true\n"
+        f"{again_block.rstrip()} > watch2.out 2>&1 &\n"
+        "echo $! > watch2.pid\nwait $!\n"
     )
     session = subprocess.Popen(
         ["bash", "-c", script], cwd=tmp_path, env=env, start_new_session=True
@@ -82,13 +87,30 @@ def test_quickstart_reaches_a_watched_server(tmp_path: Path) -> None:
 
         out = poll(refused, 60, "the device fault's reset refused")
         assert "device resets are not allowed" in out
+
+        # step 7: stop the doctor; the same shell repairs the card and starts it again
+        first = int((work / "watch.pid").read_text())
+        os.kill(first, signal.SIGTERM)
+        poll(lambda: not _alive(first), 30, "the first doctor to exit")
+        poll(lambda: (work / "watch2.pid").exists(), 30, "the doctor started again")
+
+        def relaunched() -> str | None:
+            out = _run(look_block.split("\n")[0], work, env)  # ascend-doctor status
+            running = re.search(r"RUNNING \(pid (\d+)\)", out)
+            return out if running and "--max-model-len 15744" in out else None
+
+        out = poll(relaunched, 60, "the server started again with what was learned")
+        assert "override --max-model-len=15744 (learned from incident #1)" in out
+        started = (work / "watch2.out").read_text()
+        assert "STARTING -> RUNNING" in started and "BACKOFF" not in started
     finally:
         os.killpg(session.pid, signal.SIGTERM)  # the doctor stops its server on SIGTERM
         session.wait(timeout=30)
-        if (work / "watch.pid").exists():
-            doctor = int((work / "watch.pid").read_text())
-            poll(lambda: not _alive(doctor), 30, "the doctor to exit")
-    assert "doctor shutting down" in (work / "watch.out").read_text()
+        for name in ("watch.pid", "watch2.pid"):
+            if (work / name).exists():
+                doctor = int((work / name).read_text())
+                poll(lambda: not _alive(doctor), 30, "the doctor to exit")  # noqa: B023
+    assert "doctor shutting down" in (work / "watch2.out").read_text()
 
 
 def _alive(pid: int) -> bool:
