@@ -21,7 +21,7 @@ import types
 from collections.abc import Iterator
 from dataclasses import MISSING, dataclass
 from pathlib import Path
-from typing import Any, Union, get_args, get_origin, get_type_hints
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from ascend_doctor.core import config as config_module
 from ascend_doctor.core.config import Config
@@ -136,6 +136,8 @@ def _type_name(hint: Any) -> str:
     if hint is str:
         return "string"
     origin, args = get_origin(hint), get_args(hint)
+    if origin is Literal:
+        return "one of " + ", ".join(toml_value(a) for a in args)
     if origin is tuple:
         return f"list of {_type_name(args[0])}s" if args else "list"
     if origin is dict and len(args) == 2:

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from ascend_doctor.agent import config_reference as ref
 from ascend_doctor.core.config import Config
@@ -70,6 +71,8 @@ class _Alerts:
     """Named routes."""
     throttle: float | None = None
     """Seconds between alerts."""
+    level: Literal["page", "notify"] = "notify"
+    """How loud."""
     undocumented: int = 1
 
 
@@ -88,6 +91,7 @@ def test_generator_handles_sections_it_has_never_seen() -> None:
     alerts = {k.name: k for k in by_header["[alerts]"].keys}
     assert alerts["throttle"].type == "number or nothing"
     assert alerts["throttle"].default == "(unset)"
+    assert alerts["level"].type == 'one of "page", "notify"'
     assert alerts["undocumented"].meaning == ref.UNDOCUMENTED
     sink = {k.name: k for k in by_header["[[alerts.sinks]]"].keys}
     assert sink["headers"].type == "table of strings"
