@@ -1,0 +1,121 @@
+"""docs/quickstart.md, followed literally: its shell blocks run in bash, in order, and reach a
+watched (simulated) server that the doctor has fixed; then a broken card is refused a reset."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from ascend_doctor.agent.demo import free_port
+from tests.conftest import poll
+
+pytestmark = pytest.mark.integration
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "quickstart.md"
+
+
+def _block(blocks: list[str], needle: str) -> str:
+    found = [b for b in blocks if needle in b]
+    assert len(found) == 1, f"one ```sh block of docs/quickstart.md contains {needle!r}"
+    return found[0]
+
+
+def _run(script: str, cwd: Path, env: dict[str, str]) -> str:
+    proc = subprocess.run(
+        ["bash", "-c", script], cwd=cwd, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+def test_quickstart_reaches_a_watched_server(tmp_path: Path) -> None:
+    blocks = re.findall(r"```sh\n(.*?)```", DOC.read_text(encoding="utf-8"), re.S)
+    host_block = _block(blocks, "sim.shell create")
+    watch_block = _block(blocks, "export ASCEND_RT_VISIBLE_DEVICES")
+    again_block = _block(blocks, "npu-smi set -t reset")
+    look_block = _block(blocks, "ascend-doctor status")
+    break_block = _block(blocks, "sim.shell inject")
+    # the doc's directory and port, moved to this test's own
+    work = tmp_path / "doctor-try"
+    assert "~/doctor-try" in host_block and "--port 8000" in watch_block
+    host_block = host_block.replace("~/doctor-try", str(work))
+    port = free_port()
+    watch_block = watch_block.replace("--port 8000", f"--port {port}")
+    again_block = again_block.replace("--port 8000", f"--port {port}")
+    look_block = look_block.replace("127.0.0.1:8000", f"127.0.0.1:{port}")
+    # an installed doctor: the venv's bin first on PATH, as after `. .venv/bin/activate`
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    for name in ("ASCEND_PROCESS_LOG_PATH", "ASCEND_RT_VISIBLE_DEVICES", "ASCEND_SIM_STATE"):
+        env.pop(name, None)
+    # one shell, as one terminal: steps 3 and 4; after Ctrl-C (here SIGTERM), step 7
+    script = (
+        f"set -e\n{host_block}\n{watch_block.rstrip()} > watch.out 2>&1 &\n"
+        "echo $! > watch.pid\nwait $! || true\n"
+        f"{again_block.rstrip()} > watch2.out 2>&1 &\n"
+        "echo $! > watch2.pid\nwait $!\n"
+    )
+    session = subprocess.Popen(
+        ["bash", "-c", script], cwd=tmp_path, env=env, start_new_session=True
+    )
+    try:
+        state = work / "state"
+
+        def fixed() -> str | None:
+            if not (state / "doctor.db").exists():
+                return None
+            out = _run(look_block.split("curl")[0], work, env)
+            return out if "RUNNING" in out and "--max-model-len=15744" in out else None
+
+        out = poll(fixed, 60, "the server RUNNING with the learned --max-model-len")
+        assert "kv_cache_insufficient" in out and "lower_max_model_len" in out
+        models = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5).json()
+        assert models["data"][0]["max_model_len"] == 15744
+        assert _run(look_block, work, env).count("15744") >= 3  # status, incidents, curl
+
+        _run(break_block.split("\n")[0], work, env)  # the inject line
+
+        def refused() -> str | None:
+            out = _run(break_block.split("\n")[1], work, env)  # ascend-doctor incidents
+            return out if re.search(r"device_fault.*\n.*reset_device\s+refused", out) else None
+
+        out = poll(refused, 60, "the device fault's reset refused")
+        assert "device resets are not allowed" in out
+
+        # step 7: stop the doctor; the same shell repairs the card and starts it again
+        first = int((work / "watch.pid").read_text())
+        os.kill(first, signal.SIGTERM)
+        poll(lambda: not _alive(first), 30, "the first doctor to exit")
+        poll(lambda: (work / "watch2.pid").exists(), 30, "the doctor started again")
+
+        def relaunched() -> str | None:
+            out = _run(look_block.split("\n")[0], work, env)  # ascend-doctor status
+            running = re.search(r"RUNNING \(pid (\d+)\)", out)
+            return out if running and "--max-model-len 15744" in out else None
+
+        out = poll(relaunched, 60, "the server started again with what was learned")
+        assert "override --max-model-len=15744 (learned from incident #1)" in out
+        started = (work / "watch2.out").read_text()
+        assert "STARTING -> RUNNING" in started and "BACKOFF" not in started
+    finally:
+        os.killpg(session.pid, signal.SIGTERM)  # the doctor stops its server on SIGTERM
+        session.wait(timeout=30)
+        for name in ("watch.pid", "watch2.pid"):
+            if (work / name).exists():
+                doctor = int((work / name).read_text())
+                poll(lambda: not _alive(doctor), 30, "the doctor to exit")  # noqa: B023
+    assert "doctor shutting down" in (work / "watch2.out").read_text()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
