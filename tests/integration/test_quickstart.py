@@ -83,7 +83,9 @@ def test_quickstart_reaches_a_watched_server(tmp_path: Path) -> None:
 
         def refused() -> str | None:
             out = _run(break_block.split("\n")[1], work, env)  # ascend-doctor incidents
-            return out if re.search(r"device_fault.*\n.*reset_device\s+refused", out) else None
+            return (
+                out if re.search(r"device_fault(?:.*\n)+?.*reset_device\s+refused", out) else None
+            )
 
         out = poll(refused, 60, "the device fault's reset refused")
         assert "device resets are not allowed" in out
