@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -55,3 +56,12 @@ def read_store(state: Path, fn: Callable[[Store], T]) -> T | None:
         return fn(store)
     finally:
         store.close()
+
+
+def alive(pid: int) -> bool:
+    """Whether a process with this PID exists (a zombie still counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

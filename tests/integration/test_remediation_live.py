@@ -20,7 +20,7 @@ import pytest
 from ascend_doctor.agent.demo import free_port
 from ascend_doctor.core.store import Store
 from ascend_doctor.sim.host import SimHost
-from tests.conftest import poll, read_store
+from tests.conftest import alive, poll, read_store
 
 pytestmark = pytest.mark.integration
 
@@ -45,14 +45,6 @@ settle_seconds = 1.0
 reset_settle = 0.2
 allow_device_reset = true
 """
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 class Doctor:

@@ -14,7 +14,7 @@ import pytest
 
 from ascend_doctor.agent.demo import free_port
 from ascend_doctor.sim.host import SimHost
-from tests.conftest import poll, read_store
+from tests.conftest import alive, poll, read_store
 
 pytestmark = pytest.mark.integration
 
@@ -32,14 +32,6 @@ interval = 1.0
 [remediation]
 settle_seconds = 1.0
 """
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def test_watch_learns_survives_sigterm_and_relaunches_with_overrides(tmp_path: Path) -> None:
