@@ -27,8 +27,13 @@ def setup_logging(verbose: bool, logfile: Path | None = None) -> None:
     handler: logging.Handler = (
         logging.FileHandler(logfile) if logfile else logging.StreamHandler(sys.stderr)
     )
+    from ascend_doctor.agent.telemetry.logctx import TraceContextFilter
+
+    handler.addFilter(TraceContextFilter())  # trace_id/span_id inside a span (issue 7)
     handler.setFormatter(
-        logging.Formatter("%(asctime)s ascend-doctor %(levelname)s %(name)s: %(message)s")
+        logging.Formatter(
+            "%(asctime)s ascend-doctor %(levelname)s %(name)s:%(trace_ctx)s %(message)s"
+        )
     )
     root = logging.getLogger("ascend_doctor")
     root.handlers[:] = [handler]
