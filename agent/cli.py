@@ -319,6 +319,7 @@ def _register() -> None:
     from ascend_doctor.agent.check import check
     from ascend_doctor.agent.cli_rules import findings, rules_group
     from ascend_doctor.agent.cli_state import ack, overrides_group, status
+    from ascend_doctor.agent.cli_traces import show, traces_group
     from ascend_doctor.agent.profile import profile
 
     main.add_command(rules_group)
@@ -329,6 +330,8 @@ def _register() -> None:
     main.add_command(status)
     main.add_command(overrides_group)
     incidents.add_command(ack)
+    incidents.add_command(show)  # incidents show ID: the span waterfall (issue 7)
+    main.add_command(traces_group)
 
 
 _register()
