@@ -96,7 +96,9 @@ async def test_incident_is_one_trace_with_detect_remediate_verify(tmp_path: Path
     assert root.status == "ok"
     assert root.start_ns == int(T0 * 1e9) and root.end_ns == int((T0 + 10) * 1e9)
     assert root.resource["service.name"] == "ascend-doctor"
-    children = [s for s in spans if s.parent_id == root.span_id]
+    children = sorted(
+        (s for s in spans if s.parent_id == root.span_id), key=lambda s: (s.start_ns, s.end_ns)
+    )
     assert [s.name for s in children] == [
         "detect",
         "remediate.plan",
@@ -311,3 +313,17 @@ def test_start_phases_from_vllm_lines() -> None:
     assert p.weights_loaded - p.first_line == 30
     assert p.api_server - p.weights_loaded == 15
     assert (p.weights_seconds, p.weights_gib) == (25.5, 27.51)
+
+
+def test_bad_telemetry_config_stops_start_up(tmp_path: Path) -> None:
+    from ascend_doctor.core.config import load_config
+
+    p = tmp_path / "doctor.toml"
+    p.write_text('[telemetry]\nprotocol = "thrift"\n')
+    with pytest.raises(ConfigError, match=r"doctor.toml:2: config 'telemetry.protocol'"):
+        load_config(p)
+    p.write_text('[tracing]\nreceiver_address = "4318"\n')
+    store = Store.in_dir(tmp_path)
+    with pytest.raises(ConfigError, match=r"'tracing.receiver_address' is '4318'"):
+        Telemetry(load_config(p), store)
+    store.close()
