@@ -92,7 +92,7 @@ class Telemetry(StoreListener):
             resource=self.resource, metric_readers=readers, shutdown_on_exit=False
         )
         self.metrics = DoctorMetrics(
-            self.meter_provider, lines_read=lines_read, spans_dropped=self.spans_dropped
+            self.meter_provider, lines_read=lines_read, spans_dropped=self._dropped
         )
         tracer = self.tracer_provider.get_tracer("ascend_doctor", __version__)
         self.incidents = IncidentTracer(
@@ -109,6 +109,12 @@ class Telemetry(StoreListener):
     def spans_dropped(self) -> int:
         """Spans lost on the way to the OTLP endpoint (queue full, export failed)."""
         return self.otlp.dropped if self.otlp is not None else 0
+
+    def _dropped(self) -> dict[str, int]:
+        out = {"doctor": self.spans_dropped()}
+        if self.receiver is not None:
+            out["server"] = self.receiver.forward_dropped
+        return out
 
     def receiver_url(self) -> str | None:
         """Where the server sends its traces, once the receiver listens."""

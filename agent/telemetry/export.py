@@ -87,6 +87,7 @@ class BoundedSpanProcessor(SpanProcessor):
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = False
+        self._failing = False  # the last export failed: no last attempt at shutdown
         self._thread = threading.Thread(target=self._work, name="otlp-spans", daemon=True)
         self._thread.start()
 
@@ -116,6 +117,7 @@ class BoundedSpanProcessor(SpanProcessor):
             log.exception("span export raised")
             ok = False
         with self._lock:
+            self._failing = not ok
             if ok:
                 self.exported += len(batch)
             else:
@@ -125,7 +127,7 @@ class BoundedSpanProcessor(SpanProcessor):
         while True:
             self._wake.wait(self.delay)
             self._wake.clear()
-            while batch := self._take():
+            while not (self._stop and self._failing) and (batch := self._take()):
                 self._send(batch)
                 if self._stop:
                     break
@@ -139,7 +141,8 @@ class BoundedSpanProcessor(SpanProcessor):
         return True
 
     def shutdown(self) -> None:
-        """Stop: one last export attempt of at most one batch; the rest is counted dropped."""
+        """Stop: one last export attempt of at most one batch (none when the endpoint was
+        failing, so a dead endpoint costs shutdown nothing); the rest is counted dropped."""
         with self._lock:
             self._stop = True
         self._wake.set()

@@ -35,7 +35,7 @@ class DoctorMetrics:
         provider: MeterProvider,
         *,
         lines_read: Callable[[], int] = lambda: 0,
-        spans_dropped: Callable[[], int] = lambda: 0,
+        spans_dropped: Callable[[], dict[str, int]] = dict,
     ) -> None:
         m = provider.get_meter("ascend_doctor")
         self._lines_read = lines_read
@@ -83,7 +83,8 @@ class DoctorMetrics:
         yield Observation(self._lines_read())
 
     def _observe_dropped(self, options: CallbackOptions) -> Iterable[Observation]:
-        yield Observation(self._spans_dropped())
+        for pipeline, count in self._spans_dropped().items():
+            yield Observation(count, {"pipeline": pipeline})
 
     def _observe_lag(self, options: CallbackOptions) -> Iterable[Observation]:
         yield Observation(round(time.monotonic() - self._drained_at, 3))
