@@ -50,7 +50,7 @@ class DoctorMetrics:
         self.temperature = m.create_gauge("npu.temperature", unit="Cel", description="Chip temp")
         self.power = m.create_gauge("npu.power", unit="W", description="Chip power draw")
         self.health = m.create_gauge(
-            "npu.health", unit="1", description="1 when npu-smi says OK, else 0 (see hw.state)"
+            "npu.health", unit="1", description="1 when npu-smi says OK, else 0"
         )
         # the server
         self.running = m.create_gauge("vllm.num_requests.running", unit="{request}")
@@ -122,7 +122,9 @@ class DoctorMetrics:
         if (v := _num(data.get("power_w"))) is not None:
             self.power.set(v, attrs)
         if health:
-            self.health.set(1 if health == "OK" else 0, {**attrs, "hw.state": health})
+            # no hw.state attribute: a gauge keeps every series, and a stale "OK" series
+            # would go on saying 1 after the device went bad
+            self.health.set(1 if health == "OK" else 0, attrs)
 
     def _server(self, data: dict[str, Any]) -> None:
         if (v := _num(data.get("health_status"))) is not None:
