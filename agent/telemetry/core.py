@@ -81,6 +81,9 @@ class Telemetry(StoreListener):
                 )
             )
             log.info("telemetry: exporting over OTLP %s", self.endpoint.describe())
+            # the SDK exporters log every retry of a dead endpoint on the terminal; the
+            # processor says when export starts or stops working, and counts the drops
+            logging.getLogger("opentelemetry.exporter.otlp").setLevel(logging.CRITICAL)
         self.prom_registry: Any = None
         if tc.prometheus:
             from opentelemetry.exporter.prometheus import PrometheusMetricReader
@@ -172,6 +175,8 @@ class Telemetry(StoreListener):
             except Exception:
                 log.exception("telemetry: closing failed")
         timeout_ms = int(self.config.telemetry.timeout * 1000)
+        if self.otlp is not None and self.otlp.failing:
+            timeout_ms = min(timeout_ms, 200)  # the endpoint is down: do not wait for it
         try:
             self.meter_provider.shutdown(timeout_millis=timeout_ms)
         except Exception:

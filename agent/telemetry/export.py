@@ -91,6 +91,11 @@ class BoundedSpanProcessor(SpanProcessor):
         self._thread = threading.Thread(target=self._work, name="otlp-spans", daemon=True)
         self._thread.start()
 
+    @property
+    def failing(self) -> bool:
+        """Whether the last export failed."""
+        return self._failing
+
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         """Nothing to do at start."""
 
@@ -116,6 +121,11 @@ class BoundedSpanProcessor(SpanProcessor):
         except Exception:  # an exporter bug must not kill the worker
             log.exception("span export raised")
             ok = False
+        if ok == self._failing:  # a change: say it once, not on every batch
+            if ok:
+                log.warning("OTLP span export works again")
+            else:
+                log.warning("OTLP span export failing: spans are dropped (counted) until it works")
         with self._lock:
             self._failing = not ok
             if ok:
