@@ -76,3 +76,39 @@ def test_importing_the_daemon_loads_neither_textual_nor_grpc() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr
+
+
+async def test_receiver_forwards_server_spans_over_grpc(tmp_path: Path) -> None:
+    import asyncio
+
+    from ascend_doctor.agent.telemetry.export import Endpoint
+    from ascend_doctor.agent.telemetry.receiver import Receiver
+    from ascend_doctor.agent.telemetry.records import to_otlp_proto
+    from tests.conftest import wait_for
+    from tests.unit.test_telemetry import sample_records
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    traces = Traces()
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(traces, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    store = Store.in_dir(tmp_path)
+    ep = Endpoint("grpc", f"127.0.0.1:{port}", f"127.0.0.1:{port}", {"x-token": "s"}, 5.0)
+    receiver = Receiver(store, max_body=1 << 20, forward=ep)
+    try:
+        _, rport = await receiver.start("127.0.0.1", 0)
+        body = to_otlp_proto(sample_records()).SerializeToString()
+        reader, writer = await asyncio.open_connection("127.0.0.1", rport)
+        writer.write(
+            b"POST /v1/traces HTTP/1.1\r\nContent-Type: application/x-protobuf\r\n"
+            + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+            + body
+        )
+        assert (await reader.read()).startswith(b"HTTP/1.1 200 ")
+        writer.close()
+        await wait_for(lambda: traces.names == ["llm_request"], 10, "the span forwarded")
+        assert receiver.forwarded == 1
+    finally:
+        await receiver.close()
+        store.close()
+        server.stop(None)
