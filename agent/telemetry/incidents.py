@@ -303,6 +303,7 @@ class IncidentTracer:
         root.end(end_time=ns(max(end, inc.opened_at)))
         if interrupted:
             self._roots.pop(inc.id, None)
+        self._last.pop(inc.id, None)
 
     @contextlib.contextmanager
     def context(self, incident_id: int) -> Iterator[None]:

@@ -24,7 +24,7 @@ from opentelemetry.trace import Span, Status, StatusCode, Tracer
 
 from ascend_doctor.agent.telemetry.incidents import ns
 
-MAX_READ = 4 << 20  # bytes of start-up output read for the phases
+MAX_READ = 1 << 20  # bytes of start-up output read for the phases (it is ~10 KB)
 _STAMP = re.compile(
     rb"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:\.\d+)? "
 )
