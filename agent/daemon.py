@@ -128,6 +128,7 @@ class Daemon:
             self.store,
             log_path=self.log_path if spec is not None else None,
             lines_read=lambda: self.tailer.stats.lines,
+            npu_smi=self._npu_smi_binary() if config.collectors.npu_smi.enabled else None,
         )
         self.store.listeners.append(self.telemetry)
         self._wake = asyncio.Event()
@@ -343,10 +344,13 @@ class Daemon:
                 async with asyncio.timeout(self.config.logs.poll_interval):
                     await self._wake.wait()
 
+    def _npu_smi_binary(self) -> str:
+        path = self.config.collectors.npu_smi.path
+        return shutil.which(path, path=self._server_env().get("PATH")) or path
+
     async def _npu_smi_loop(self) -> None:
         cfg = self.config.collectors.npu_smi
-        binary = shutil.which(cfg.path, path=self._server_env().get("PATH")) or cfg.path
-        collector = NpuSmiCollector(binary, timeout=cfg.timeout, usages=cfg.usages)
+        collector = NpuSmiCollector(self._npu_smi_binary(), timeout=cfg.timeout, usages=cfg.usages)
         await self._run_collector(collector, cfg.interval, lambda: True)
 
     async def _vllm_loop(self) -> None:

@@ -29,7 +29,7 @@ from ascend_doctor.agent.telemetry.receiver import Receiver, summary
 from ascend_doctor.agent.telemetry.resource import build_resource
 from ascend_doctor.core.config import Config
 from ascend_doctor.core.errors import ConfigError
-from ascend_doctor.core.events import ActionResult, Finding, Incident
+from ascend_doctor.core.events import ActionResult, Finding, Incident, Sample
 from ascend_doctor.core.store import Store, StoreListener
 
 log = logging.getLogger(__name__)
@@ -45,6 +45,7 @@ class Telemetry(StoreListener):
         *,
         log_path: Path | None = None,
         lines_read: Callable[[], int] = lambda: 0,
+        npu_smi: str | None = None,
     ) -> None:
         tc, tr = config.telemetry, config.tracing
         try:
@@ -56,14 +57,29 @@ class Telemetry(StoreListener):
         self.config = config
         self.store = store
         self.endpoint = resolve_endpoint(tc)
-        self.resource = build_resource(store)
+        self.log_path = log_path
+        self.lines_read = lines_read
+        self.npu_smi = npu_smi
+        self.receiver: Receiver | None = None
+        self._prom: HttpServer | None = None
+        self.prometheus_bound: tuple[str, int] | None = None
+        self.otlp: BoundedSpanProcessor | None = None
+        self.store_exporter = StoreSpanExporter(store)
+        self._built = False
+
+    def _build(self, devices: list[Sample] | None = None) -> None:
+        """Providers, exporters and tracers, once: at ``start()`` (after the NPUs are known)
+        or at the first record told before it."""
+        if self._built:
+            return
+        self._built = True
+        tc = self.config.telemetry
+        self.resource = build_resource(self.store, devices or [])
         self.ids = FixedIds()
         self.tracer_provider = TracerProvider(
             resource=self.resource, id_generator=self.ids, shutdown_on_exit=False
         )
-        self.store_exporter = StoreSpanExporter(store)
         self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.store_exporter))
-        self.otlp: BoundedSpanProcessor | None = None
         readers: list[MetricReader] = []
         if self.endpoint is not None:
             self.otlp = BoundedSpanProcessor(
@@ -95,17 +111,28 @@ class Telemetry(StoreListener):
             resource=self.resource, metric_readers=readers, shutdown_on_exit=False
         )
         self.metrics = DoctorMetrics(
-            self.meter_provider, lines_read=lines_read, spans_dropped=self._dropped
+            self.meter_provider, lines_read=self.lines_read, spans_dropped=self._dropped
         )
         tracer = self.tracer_provider.get_tracer("ascend_doctor", __version__)
         self.incidents = IncidentTracer(
-            tracer, self.ids, store, settle_seconds=config.remediation.settle_seconds
+            tracer, self.ids, self.store, settle_seconds=self.config.remediation.settle_seconds
         )
-        self.lifecycle = LifecycleTracer(tracer, log_path)
-        self.receiver: Receiver | None = None
-        self._prom: HttpServer | None = None
-        self.prometheus_bound: tuple[str, int] | None = None
+        self.lifecycle = LifecycleTracer(tracer, self.log_path)
         logging.getLogger("ascend_doctor").addHandler(self.incidents.exceptions)
+
+    async def _devices(self) -> list[Sample]:
+        """One ``npu-smi info`` for the resource's ``hw.*`` when the store knows no NPU yet
+        (a first start); a failure only means the resource goes without them."""
+        if self.npu_smi is None or self.store.latest_samples("npu_smi"):
+            return []
+        from ascend_doctor.collectors.npu_smi import NpuSmiCollector
+
+        timeout = min(self.config.collectors.npu_smi.timeout, 5.0)
+        try:
+            return list(await NpuSmiCollector(self.npu_smi, timeout=timeout).collect())
+        except Exception as exc:  # no npu-smi, a hung one: telemetry goes on without hw.*
+            log.info("telemetry: no NPU list for the resource: %s", exc)
+            return []
 
     # -- counters ------------------------------------------------------------------------------
 
@@ -131,6 +158,7 @@ class Telemetry(StoreListener):
     async def start(self) -> None:
         """Start the receiver and the scrape endpoint (in the running loop); a port that
         cannot be bound is logged and that part stays off: the daemon goes on."""
+        self._build(await self._devices())
         tr = self.config.tracing
         if tr.capture_server or tr.receiver:
             receiver = Receiver(
@@ -164,6 +192,7 @@ class Telemetry(StoreListener):
     async def close(self) -> None:
         """End what is open, flush what can be flushed within the export timeout, stop.
         Call before the store is closed."""
+        self._build()
         logging.getLogger("ascend_doctor").removeHandler(self.incidents.exceptions)
         if self.receiver is not None:
             await self.receiver.close()
@@ -201,39 +230,47 @@ class Telemetry(StoreListener):
     @contextlib.contextmanager
     def incident_context(self, incident_id: int) -> Iterator[None]:
         """Work on an incident inside its trace (log lines carry its ids)."""
+        self._build()
         with self.incidents.context(incident_id):
             yield
 
     def drained(self) -> None:
         """The tailer read every source to its end."""
+        self._build()
         self.metrics.drained()
 
     def collector_run(self, name: str, seconds: float, ok: bool) -> None:
         """A collector run finished."""
+        self._build()
         self.metrics.collector_run(name, seconds, ok)
 
     # -- StoreListener -------------------------------------------------------------------------
 
     def incident_changed(self, before: Incident | None, after: Incident) -> None:
         """An incident opened or changed."""
+        self._build()
         self.incidents.incident_changed(before, after)
 
     def finding_added(self, finding: Finding, incident_id: int | None) -> None:
         """A finding was stored."""
+        self._build()
         self.metrics.finding(finding)
         self.incidents.finding_added(finding, incident_id)
 
     def action_added(self, incident_id: int, result: ActionResult) -> None:
         """A remediation decision was stored."""
+        self._build()
         self.metrics.action(result)
         self.incidents.action_added(incident_id, result)
 
     def process_event(self, event: dict[str, Any]) -> None:
         """The supervisor changed state."""
+        self._build()
         self.lifecycle.process_event(event)
 
     def sample_added(self, collector: str, subject: str, at: float, data: dict[str, Any]) -> None:
         """A sample was stored."""
+        self._build()
         self.metrics.sample(collector, subject, data)
 
 

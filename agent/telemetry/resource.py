@@ -11,11 +11,13 @@ import os
 import platform
 import socket
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from opentelemetry.sdk.resources import Resource
 
 from ascend_doctor import __version__
+from ascend_doctor.core.events import Sample
 from ascend_doctor.core.store import Store
 
 INSTANCE_KEY = "telemetry.instance_id"
@@ -41,8 +43,9 @@ def instance_id(store: Store) -> str:
     return value
 
 
-def build_resource(store: Store) -> Resource:
-    """The doctor's resource: service, host, process, and the NPUs the store has seen."""
+def build_resource(store: Store, devices: Sequence[Sample] = ()) -> Resource:
+    """The doctor's resource: service, host, process, and the NPUs the store has seen (or,
+    on a first start, those of ``devices``: npu-smi samples taken for this)."""
     attrs: dict[str, Any] = {
         "service.name": "ascend-doctor",
         "service.version": __version__,
@@ -51,13 +54,14 @@ def build_resource(store: Store) -> Resource:
         "host.arch": _arch(platform.machine()),
         "process.pid": os.getpid(),
     }
-    devices = [
+    known = store.latest_samples("npu_smi") or {s.subject: s.values for s in devices}
+    hw = [
         device_attributes(subject, sample)
-        for subject, sample in sorted(store.latest_samples("npu_smi").items(), key=_device_order)
+        for subject, sample in sorted(known.items(), key=_device_order)
     ]
-    if devices:
+    if hw:
         for key in ("hw.id", "hw.type", "hw.model", "hw.driver_version"):
-            attrs[key] = [d.get(key, "") for d in devices]
+            attrs[key] = [d.get(key, "") for d in hw]
     return Resource.create(attrs)
 
 

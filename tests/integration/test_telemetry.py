@@ -91,6 +91,11 @@ def test_each_incident_is_one_trace_at_the_collector_and_in_the_store(
             for key in RESOURCE_KEYS:
                 assert key in root.resource, key
             assert root.resource["service.name"] == "ascend-doctor"
+            # the 8 simulated NPUs, known from npu-smi even on the doctor's first start
+            assert root.resource["hw.id"] == [f"npu{i}" for i in range(8)]
+            assert set(root.resource["hw.model"]) == {"Ascend 910B3"}
+            assert set(root.resource["hw.type"]) == {"npu"}
+            assert all(root.resource["hw.driver_version"])
             trace = [s for s in received if s.trace_id == root.trace_id]
             children = [s for s in trace if s.parent_id == root.span_id]
             assert len(children) == len(trace) - 1  # every span hangs off the root
