@@ -27,8 +27,13 @@ def setup_logging(verbose: bool, logfile: Path | None = None) -> None:
     handler: logging.Handler = (
         logging.FileHandler(logfile) if logfile else logging.StreamHandler(sys.stderr)
     )
+    from ascend_doctor.agent.telemetry.logctx import TraceContextFilter
+
+    handler.addFilter(TraceContextFilter())  # trace_id/span_id inside a span (issue 7)
     handler.setFormatter(
-        logging.Formatter("%(asctime)s ascend-doctor %(levelname)s %(name)s: %(message)s")
+        logging.Formatter(
+            "%(asctime)s ascend-doctor %(levelname)s %(name)s:%(trace_ctx)s %(message)s"
+        )
     )
     root = logging.getLogger("ascend_doctor")
     root.handlers[:] = [handler]
@@ -352,6 +357,7 @@ def _register() -> None:
     from ascend_doctor.agent.cli_alerts import alerts_group, silence_group
     from ascend_doctor.agent.cli_rules import findings, rules_group
     from ascend_doctor.agent.cli_state import ack, overrides_group, status
+    from ascend_doctor.agent.cli_traces import show, traces_group
     from ascend_doctor.agent.profile import profile
 
     main.add_command(rules_group)
@@ -364,6 +370,8 @@ def _register() -> None:
     incidents.add_command(ack)
     main.add_command(alerts_group)
     main.add_command(silence_group)
+    incidents.add_command(show)  # incidents show ID: the span waterfall (issue 7)
+    main.add_command(traces_group)
 
 
 _register()

@@ -23,6 +23,7 @@ from ascend_doctor.agent.incidents import ACTIVE, IncidentManager
 from ascend_doctor.agent.launch import LaunchSpec
 from ascend_doctor.agent.remediation import Context, Remediator
 from ascend_doctor.agent.supervisor import ExitDecision, Supervisor, http_probe
+from ascend_doctor.agent.telemetry import Telemetry
 from ascend_doctor.collectors.logs import (
     Checkpoint,
     Checkpoints,
@@ -130,6 +131,15 @@ class Daemon:
             first_start=self.store.meta(TAILER_STARTED) is None,
             max_line_bytes=config.logs.max_line_bytes,
         )
+        # telemetry (issue 7): one trace per incident, metrics, the server's request spans
+        self.telemetry = Telemetry(
+            config,
+            self.store,
+            log_path=self.log_path if spec is not None else None,
+            lines_read=lambda: self.tailer.stats.lines,
+            npu_smi=self._npu_smi_binary() if config.collectors.npu_smi.enabled else None,
+        )
+        self.store.listeners.append(self.telemetry)
         self._wake = asyncio.Event()
         self._lock = asyncio.Lock()
         self._pending: dict[int, float] = {}
@@ -212,6 +222,11 @@ class Daemon:
             spec = spec.with_flag("--profiler-config", json.dumps(cfg))
         if prof.msprof:
             spec = spec.with_env("PROFILING_MODE", "dynamic")
+        traces_url = self.telemetry.receiver_url() if self.config.tracing.capture_server else None
+        if traces_url is not None and spec.flag("--otlp-traces-endpoint") is None:
+            # vLLM's exporter defaults to grpc; the receiver speaks OTLP/HTTP
+            spec = spec.with_flag("--otlp-traces-endpoint", traces_url)
+            spec = spec.with_env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf")
         return spec
 
     @property
@@ -273,6 +288,7 @@ class Daemon:
                 "attached": self.attach is not None,
             },
         )
+        await self.telemetry.start()
         # Take start positions before the server writes anything, and read what a restarted
         # doctor missed while it was away (never drop what this first pass reads).
         self._drain()
@@ -326,6 +342,7 @@ class Daemon:
             await asyncio.to_thread(waker.stop)
             self._drain()
             self.tailer.close()
+            await self.telemetry.close()
             self.store.close()
         if self.supervisor is not None and self.supervisor.state == ProcessState.FATAL:
             return 1
@@ -348,6 +365,7 @@ class Daemon:
                 findings.extend(self.engine.scan(chunk))
             self._ingest(findings)
             self.tailer.commit()
+        self.telemetry.drained()
 
     def _ingest(self, findings: list[Finding]) -> None:
         if not findings:
@@ -368,10 +386,13 @@ class Daemon:
                 async with asyncio.timeout(self.config.logs.poll_interval):
                     await self._wake.wait()
 
+    def _npu_smi_binary(self) -> str:
+        path = self.config.collectors.npu_smi.path
+        return shutil.which(path, path=self._server_env().get("PATH")) or path
+
     async def _npu_smi_loop(self) -> None:
         cfg = self.config.collectors.npu_smi
-        binary = shutil.which(cfg.path, path=self._server_env().get("PATH")) or cfg.path
-        collector = NpuSmiCollector(binary, timeout=cfg.timeout, usages=cfg.usages)
+        collector = NpuSmiCollector(self._npu_smi_binary(), timeout=cfg.timeout, usages=cfg.usages)
         await self._run_collector(collector, cfg.interval, lambda: True)
 
     async def _vllm_loop(self) -> None:
@@ -416,6 +437,7 @@ class Daemon:
                     why = f"{type(exc).__name__}: {exc}"
                     status.update(ok=False, failures=status["failures"] + 1, last_error=why)
                 status["last_duration_s"] = round(time.monotonic() - t0, 3)
+                self.telemetry.collector_run(name, status["last_duration_s"], bool(status["ok"]))
                 self.collector_failures[name] = status["failures"]
                 self.store.set_meta(f"collector.{name}", {**status, "at": time.time()})
                 if "not found" in status.get("last_error", ""):
@@ -475,7 +497,8 @@ class Daemon:
             if self._pending.pop(incident_id, None) is None:
                 continue
             try:
-                result = await self.remediator.remediate(incident_id)
+                with self.telemetry.incident_context(incident_id):
+                    result = await self.remediator.remediate(incident_id)
             except Exception:
                 log.exception("remediation of incident %d failed", incident_id)
                 continue

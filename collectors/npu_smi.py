@@ -359,6 +359,7 @@ def samples_from_info(info: NpuInfo, at: float) -> list[Sample]:
             "bus_id": dev.bus_id,
             "name": dev.name,
             "pids": pids,
+            "driver_version": info.version,
         }
         samples.append(Sample(collector=COLLECTOR, subject=subject, at=at, values=values))
     return samples

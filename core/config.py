@@ -281,6 +281,56 @@ class AlertsConfig:
     """Cap of the retry delay, in seconds."""
 
 
+# -- telemetry (issue 7: OpenTelemetry traces, metrics, the server's request spans) --------
+
+
+@dataclass(frozen=True)
+class TelemetryConfig:
+    """OpenTelemetry export: traces and metrics over OTLP, a Prometheus scrape endpoint.
+
+    With no endpoint here nor in the ``OTEL_EXPORTER_OTLP_*`` variables, only the store
+    exporter runs (spans in the SQLite store, for the TUI and ``incidents show``).
+    """
+
+    endpoint: str = ""
+    """OTLP endpoint (``http://host:4318`` for http/protobuf, ``host:4317`` for grpc); empty
+    uses ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_ENDPOINT``, else none."""
+    protocol: str = ""
+    """``http/protobuf`` or ``grpc``; empty uses ``OTEL_EXPORTER_OTLP_PROTOCOL``, else http."""
+    headers: tuple[str, ...] = ()
+    """Extra export headers as ``key=value`` (merged over ``OTEL_EXPORTER_OTLP_HEADERS``);
+    values are never logged."""
+    timeout: float = 2.0
+    """Seconds one export may take (short, so a dead endpoint never delays shutdown)."""
+    max_queue_size: int = 2048
+    """Spans held for export; beyond it spans are dropped and counted."""
+    max_export_batch_size: int = 512
+    """Spans sent in one export."""
+    schedule_delay: float = 1.0
+    """Seconds between span exports."""
+    metrics_interval: float = 10.0
+    """Seconds between metric exports over OTLP."""
+    prometheus: bool = False
+    """Serve a Prometheus scrape endpoint (``/metrics``)."""
+    prometheus_address: str = "127.0.0.1:9464"
+    """``host:port`` of the scrape endpoint."""
+
+
+@dataclass(frozen=True)
+class TracingConfig:
+    """The server's own request traces, received over OTLP/HTTP on loopback."""
+
+    capture_server: bool = False
+    """In ``watch``, start the server with ``--otlp-traces-endpoint`` pointing at the
+    receiver (and run the receiver)."""
+    receiver: bool = False
+    """Run the receiver even without ``capture_server`` (a server started elsewhere)."""
+    receiver_address: str = "127.0.0.1:4318"
+    """``host:port`` of the receiver; loopback only."""
+    receiver_max_bytes: int = 4194304
+    """Largest request body accepted; larger ones are rejected with 400."""
+
+
 @dataclass(frozen=True)
 class Config:
     """The whole configuration."""
@@ -301,6 +351,10 @@ class Config:
     """``[profiling]``."""
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
     """``[alerts]``."""
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
+    """``[telemetry]``."""
+    tracing: TracingConfig = field(default_factory=TracingConfig)
+    """``[tracing]``."""
 
 
 _CHOICES: dict[str, tuple[str, ...]] = {
@@ -310,6 +364,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "alerts.sinks.type": ("pagerduty", "slack", "alertmanager", "webhook", "command"),
     "alerts.sinks.role": ("", "page", "notify"),
     "alerts.routes.min_severity": ("info", "warning", "error", "critical"),
+    "telemetry.protocol": ("", "http/protobuf", "grpc"),
 }
 _POSITIVE = {
     "server.start_timeout",
@@ -331,6 +386,12 @@ _POSITIVE = {
     "alerts.retry_max",
     "alerts.sinks.timeout",
     "alerts.sinks.resend_interval",
+    "telemetry.timeout",
+    "telemetry.max_queue_size",
+    "telemetry.max_export_batch_size",
+    "telemetry.schedule_delay",
+    "telemetry.metrics_interval",
+    "tracing.receiver_max_bytes",
 }
 
 
@@ -475,6 +536,8 @@ __all__ = [
     "RemediationConfig",
     "RulesConfig",
     "ServerConfig",
+    "TelemetryConfig",
+    "TracingConfig",
     "VllmConfig",
     "default_state_dir",
     "load_config",

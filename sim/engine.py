@@ -69,6 +69,11 @@ class ServeConfig:
     non_default: dict[str, Any] = field(default_factory=dict)
 
 
+def ttft_seconds(prompt_tokens: int) -> float:
+    """The simulated time to first token of a prompt."""
+    return 0.01 + prompt_tokens * 2e-6
+
+
 class Engine:
     """Counters behind /metrics and the request path, shared by handler threads."""
 
@@ -113,7 +118,7 @@ class Engine:
                 # a stuck collective: the request never finishes, /health still says 200
                 self.stop.wait()
                 return False
-            ttft = 0.01 + prompt_tokens * 2e-6
+            ttft = ttft_seconds(prompt_tokens)
             time.sleep(ttft)
             # Decode quickly: the sim is about failures, not throughput.
             time.sleep(min(0.5, max_tokens * 0.001))

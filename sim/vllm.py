@@ -28,6 +28,7 @@ from ascend_doctor.sim.models import (
     plan_memory,
 )
 from ascend_doctor.sim.msprof import DYNAMIC_KEY
+from ascend_doctor.sim.otlp import SpanSender
 from ascend_doctor.sim.state import (
     STATE_ENV,
     find_device,
@@ -59,6 +60,8 @@ class Server:
         self.stop = threading.Event()
         self.plog = Plog(log_root_from_env(), self.pid, cfg.devices)
         self.httpd: SimServer | None = None
+        self.otlp: SpanSender | None = None
+        """Request span exporter, with --otlp-traces-endpoint."""
 
     # -- shared state ---------------------------------------------------------------
     def _state(self) -> dict[str, Any] | None:
@@ -265,6 +268,7 @@ class Server:
         out.log(API, "INFO", "model.py:1510", f"Using max model len {cfg.max_model_len}")
         # Bind before the engine starts, like vLLM: probes during loading get no answer.
         self.httpd = SimServer((cfg.host, cfg.port), self.profiler_dir)
+        self.httpd.spans = self.otlp
         if self.profiler_dir is not None:
             out.log(
                 API,
@@ -376,6 +380,8 @@ def main(argv: list[str] | None = None) -> int:
         out.log(API, "WARNING", "arg_utils.py:1121", f"Ignoring unsupported arguments: {unknown}")
     out.log(API, "INFO", "utils.py:233", f"non-default args: {cfg.non_default!r}")
     server = Server(cfg, out, profiler_dir(ns), dynamic_profiling())
+    if ns.otlp_traces_endpoint:
+        server.otlp = SpanSender(ns.otlp_traces_endpoint)
     atexit.register(server.deregister)
 
     def on_signal(signum: int, frame: FrameType | None) -> None:

@@ -45,6 +45,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--tensor-parallel-size", "-tp", type=int, default=None)
     p.add_argument("--served-model-name", default=None)
     p.add_argument("--profiler-config", type=_profiler_config, default=None)
+    p.add_argument("--otlp-traces-endpoint", default=None)
     return p.parse_known_args(argv)
 
 

@@ -14,8 +14,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from ascend_doctor.sim.engine import TTFT_BUCKETS, Engine
+from ascend_doctor.sim.engine import TTFT_BUCKETS, Engine, ttft_seconds
 from ascend_doctor.sim.msprof import write_ascend_pt
+from ascend_doctor.sim.otlp import RequestTiming, SpanSender
 from ascend_doctor.sim.vlog import API, ENGINE
 
 VERSION = "0.11.0"
@@ -105,6 +106,8 @@ class SimServer(ThreadingHTTPServer):
         self.profile_started: float | None = None
         """Wall time of the running capture's start, None when not profiling."""
         self.profile_lock = threading.Lock()
+        self.spans: SpanSender | None = None
+        """Where request spans go (``--otlp-traces-endpoint``); None sends none."""
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -210,6 +213,7 @@ class Handler(BaseHTTPRequestHandler):
         return devices[0] if devices else 0
 
     def _complete(self, body: dict[str, Any]) -> None:
+        arrival = time.time()
         engine = self.server.engine
         cfg = engine.cfg
         model = body.get("model", cfg.served_name)
@@ -238,10 +242,29 @@ class Handler(BaseHTTPRequestHandler):
                 "EngineCore encountered an issue. See stack trace (above) for the root cause.",
             )
             return
+        request_id = f"cmpl-{uuid.uuid4().hex}"
+        if self.server.spans is not None:
+            self.server.spans.add(
+                RequestTiming(
+                    request_id=request_id,
+                    model=cfg.served_name,
+                    prompt_tokens=prompt_tokens,
+                    completion_tokens=max_tokens,
+                    max_tokens=max_tokens,
+                    temperature=float(body.get("temperature", 1.0)),
+                    top_p=float(body.get("top_p", 1.0)),
+                    n=int(body.get("n", 1)),
+                    arrival=arrival,
+                    scheduled=arrival,
+                    first_token=arrival + ttft_seconds(prompt_tokens),
+                    finished=time.time(),
+                    traceparent=self.headers.get("traceparent", ""),
+                )
+            )
         self._json(
             200,
             {
-                "id": f"cmpl-{uuid.uuid4().hex}",
+                "id": request_id,
                 "object": "text_completion",
                 "created": int(time.time()),
                 "model": cfg.served_name,

@@ -292,6 +292,7 @@ def test_samples_910b() -> None:
         "bus_id": "0000:C1:00.0",
         "name": "910B3",
         "pids": [3114702],
+        "driver_version": "24.1.rc2",
     }
     assert samples[1].values["pids"] == []
 
