@@ -20,6 +20,8 @@ from typing import Any, Protocol
 from ascend_doctor.agent.incidents import ACTIVE, IncidentManager
 from ascend_doctor.agent.launch import LaunchSpec
 from ascend_doctor.agent.remediation import Context, Remediator
+from ascend_doctor.agent.remediation.engine import StepResult
+from ascend_doctor.agent.requests import RequestRunner
 from ascend_doctor.agent.supervisor import ExitDecision, Supervisor, http_probe
 from ascend_doctor.collectors.logs import (
     Checkpoint,
@@ -163,6 +165,14 @@ class Daemon:
             ),
             rules,
         )
+        # requests from the CLI/TUI (acknowledge, capture a profile, run the next step)
+        self.requests = RequestRunner(
+            self.store,
+            config.remediation,
+            step=self._requested_step,
+            profile=self._capture_profile,
+            clock=time.time,
+        )
 
     # -- wiring --------------------------------------------------------------------------------
 
@@ -242,6 +252,7 @@ class Daemon:
             asyncio.create_task(self._tail_loop(), name="tail"),
             asyncio.create_task(self._decide_loop(), name="decide"),
             asyncio.create_task(self._verify_loop(), name="verify"),
+            asyncio.create_task(self.requests.run(), name="requests"),
         ]
         if self.config.collectors.npu_smi.enabled:
             tasks.append(asyncio.create_task(self._npu_smi_loop(), name="npu_smi"))
@@ -437,6 +448,18 @@ class Daemon:
                 self._pending.pop(incident_id, None)
             restart = restart or result.restart
         return restart
+
+    async def _requested_step(self, incident_id: int) -> StepResult:
+        """The next step of an incident because an operator asked (the policy still decides)."""
+        async with self._lock:
+            self._pending.pop(incident_id, None)
+            result = await self.remediator.remediate(incident_id)
+        sup = self.supervisor
+        if result.restart and sup is not None:
+            if sup.pid is not None:
+                await sup.stop("restarting the server to apply the remediation")
+            sup.start()
+        return result
 
     async def _on_exit(self, event: ProcessEvent) -> ExitDecision:
         self._drain()  # the server's last words are in its log now: read them first
