@@ -17,6 +17,8 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from ascend_doctor.core.errors import StoreError
 from ascend_doctor.core.events import ActionResult, IncidentState, Severity
 from ascend_doctor.core.store import STORE_NAME, SpanRecord, Store
@@ -29,14 +31,14 @@ ACTIVE = (IncidentState.OPEN, IncidentState.MITIGATING)
 
 
 def pid_alive(pid: int) -> bool:
-    """Whether a process with this pid exists (the doctor's pid from the store)."""
+    """Whether a live process has this pid (the doctor's, from the store); a zombie (a demo
+    child that exited and is not reaped yet) is not alive."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
         return False
-    except PermissionError:
+    except psutil.Error:
         return True  # it exists; it is someone else's
-    return True
 
 
 class Source:
