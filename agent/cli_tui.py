@@ -3,9 +3,11 @@ daemon and every other command never load it."""
 
 from __future__ import annotations
 
+import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import tempfile
 from pathlib import Path
 
@@ -13,6 +15,7 @@ import click
 
 from ascend_doctor.agent.cli_state import state_dir_option
 from ascend_doctor.core.config import default_state_dir
+from ascend_doctor.core.errors import DoctorError
 from ascend_doctor.core.store import STORE_NAME
 
 
@@ -23,8 +26,8 @@ from ascend_doctor.core.store import STORE_NAME
     "store_file",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="Read this store file instead (a copy taken post-mortem); its logs are looked for "
-    "beside it.",
+    help="Read this store file instead (a copy taken post-mortem; its logs are looked for "
+    "beside it), or the store inside a support bundle (ascend-doctor bundle's .tar.gz).",
 )
 def tui(state_dir: Path | None, store_file: Path | None) -> None:
     """A live view of devices, server, logs, incidents and traces (read from the store)."""
@@ -35,6 +38,21 @@ def tui(state_dir: Path | None, store_file: Path | None) -> None:
     if store_file is not None:
         if not store_file.is_file():
             raise click.ClickException(f"{store_file}: no such store file")
+        from ascend_doctor.agent.bundle_store import is_bundle, store_from_bundle
+
+        if is_bundle(store_file):  # a support bundle: its store is rebuilt in a temp dir
+            work = Path(tempfile.mkdtemp(prefix="ascend-doctor-bundle-"))
+            try:
+                try:
+                    db = store_from_bundle(store_file, work)
+                except (DoctorError, OSError, ValueError, KeyError, tarfile.TarError) as exc:
+                    raise click.ClickException(
+                        f"{store_file}: cannot read the bundle: {exc}"
+                    ) from None
+                _run_tui(Source(db, work))
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+            return
         source = Source(store_file)
     else:
         d = state_dir or default_state_dir()

@@ -124,7 +124,10 @@ class Source:
         if server.exists():
             paths.append(str(server))
         if store is not None:
-            paths.extend(p for p in store.log_paths() if p not in paths)
+            known = store.log_paths()
+            # a server log first (a rebuilt bundle's is not in the state dir itself)
+            known.sort(key=lambda p: Path(p).name != SERVER_LOG)
+            paths.extend(p for p in known if p not in paths)
         return paths
 
 

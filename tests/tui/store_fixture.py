@@ -100,13 +100,15 @@ def _span(
     )
 
 
-def build_state(state: Path, *, log_lines: list[str] | None = None) -> Path:
-    """Write the fixture state dir; returns it."""
+def build_state(state: Path, *, log_lines: list[str] | None = None, first: int = 0) -> Path:
+    """Write the fixture state dir; returns it. The findings point at lines ``first + 2``,
+    ``first + 3`` and ``first + 5`` of the log."""
     state.mkdir(parents=True, exist_ok=True)
     lines = LOG_LINES if log_lines is None else log_lines
     log = state / "server.log"
     log.write_text("".join(line + "\n" for line in lines))
-    offs = _offsets(lines)
+    offs = _offsets(lines)[first:]
+    lines = lines[first:]
     plog = state / "plog" / "plog-276_20261202110000000.log"
     plog.parent.mkdir(exist_ok=True)
     plog.write_text(
