@@ -534,9 +534,13 @@ class TraceRow:
 
 
 def load_traces(source: Source, limit: int = 200) -> tuple[TraceRow, ...]:
-    """The newest traces (incidents and server requests), newest first."""
+    """The newest traces, newest first: the doctor's own (incidents) and the server's requests
+    read apart, so a busy server's many request traces never push the incidents out."""
     with source.reader() as store:
-        roots = store.traces(limit=limit)
+        roots = store.traces(source="doctor", limit=limit) + store.traces(
+            source="server", limit=limit
+        )
+    roots.sort(key=lambda r: (r.start_ns, r.trace_id), reverse=True)
     return tuple(
         TraceRow(
             r.trace_id,

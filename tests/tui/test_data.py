@@ -10,7 +10,7 @@ from pathlib import Path
 import psutil
 
 from ascend_doctor.core.store import SpanRecord
-from ascend_doctor.tui.data import Source, load_incident, pid_alive, read_tail
+from ascend_doctor.tui.data import Source, load_incident, load_traces, pid_alive, read_tail
 from ascend_doctor.tui.logindex import LineIndex
 from ascend_doctor.tui.waterfall_model import waterfall
 from tests.conftest import poll
@@ -101,3 +101,8 @@ def test_evidence_line_numbers_are_counted_only_when_the_line_still_reads_the_sa
     (state / "server.log").write_text("rotated\n" * 50)
     fresh = load_incident(Source.for_state_dir(state), 1)
     assert [(e.where) for e in fresh.roots[0].evidence] == ["server.log@170"]
+
+
+def test_incident_traces_are_listed_however_many_server_traces_there_are(state: Path) -> None:
+    rows = load_traces(Source.for_state_dir(state), limit=1)
+    assert [(r.source, r.incident_id) for r in rows] == [("server", None), ("doctor", 2)]

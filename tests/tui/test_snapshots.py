@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from textual.pilot import Pilot
+from textual.widgets import RichLog
 
 from ascend_doctor.tui.screens import IncidentScreen, LogsScreen, OverviewScreen, TracesScreen
 from ascend_doctor.tui.screens.traces import TraceScreen
@@ -22,8 +23,12 @@ SnapCompare = Callable[..., bool]
 def _settled(then: Callable[[Pilot[None]], Awaitable[None]] | None = None) -> Any:
     async def run_before(pilot: Pilot[None]) -> None:
         await shown(pilot, OverviewScreen)
+        log = pilot.app.screen.query_one(RichLog)
+        # the live log follows its end once laid out: wait for that, or the scrollbar moves
+        await until(pilot, lambda: log.lines and log.scroll_y == log.max_scroll_y, "log at end")
         if then is not None:
             await then(pilot)
+        await pilot.wait_for_scheduled_animations()
         await pilot.pause()
 
     return run_before

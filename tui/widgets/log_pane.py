@@ -63,6 +63,9 @@ class LogPane(Vertical):
             if ln.severity is not None:
                 text = Text(f"{severity_label(ln.severity)[:4]:4} ", style="bold") + text
             pane.write(text)
+        if lines:
+            # a write before the pane is laid out may not reach the end: follow it afterwards
+            pane.call_after_refresh(pane.scroll_end, animate=False)
 
     def set_filter(self, text: str) -> None:
         """Show only lines containing ``text`` (ignoring case); empty shows all."""
