@@ -47,11 +47,13 @@ async def shown(
         await pilot.pause(0.02)
 
 
-async def until(pilot: Pilot[None], cond: object, what: str, timeout: float = 10.0) -> None:
-    """Poll ``cond()`` between frames until it is true."""
+async def until(pilot: Pilot[None], cond: object, what: object, timeout: float = 10.0) -> None:
+    """Poll ``cond()`` between frames until it is true (``what`` may be a callable saying
+    what was seen)."""
     deadline = time.monotonic() + timeout
     assert callable(cond)
     while not cond():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
+            said = what() if callable(what) else what
+            raise AssertionError(f"timed out waiting for {said}")
         await pilot.pause(0.02)

@@ -25,7 +25,11 @@ def _settled(then: Callable[[Pilot[None]], Awaitable[None]] | None = None) -> An
         await shown(pilot, OverviewScreen)
         log = pilot.app.screen.query_one(RichLog)
         # the live log follows its end once laid out: wait for that, or the scrollbar moves
-        await until(pilot, lambda: log.lines and log.scroll_y == log.max_scroll_y, "log at end")
+        await until(
+            pilot,
+            lambda: log.lines and log.scroll_y == log.max_scroll_y,
+            lambda: f"log at end: {len(log.lines)} {log.scroll_y} {log.max_scroll_y} {log.size}",
+        )
         if then is not None:
             await then(pilot)
         await pilot.wait_for_scheduled_animations()

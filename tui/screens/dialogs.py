@@ -24,6 +24,7 @@ ascend-doctor tui: the doctor's store, live
   t      traces        l  logs         o  overview
   ctrl+p command palette (the same actions)
 
+A * after an incident's state: an operator acknowledged it.
 Actions are requests in the store: the doctor carries them out
 and records the result (see the incident's requests tab).
 Times are UTC."""

@@ -9,6 +9,7 @@ from typing import Any
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
+from textual.events import Resize
 from textual.widgets import Input, RichLog, Static
 
 from ascend_doctor.tui.data import LogLineView, severity_label
@@ -66,6 +67,11 @@ class LogPane(Vertical):
         if lines:
             # a write before the pane is laid out may not reach the end: follow it afterwards
             pane.call_after_refresh(pane.scroll_end, animate=False)
+
+    def on_resize(self, event: Resize) -> None:
+        """Lines written before the layout are drawn after it: follow the end again then."""
+        pane = self.query_one(RichLog)
+        pane.call_after_refresh(pane.scroll_end, animate=False)
 
     def set_filter(self, text: str) -> None:
         """Show only lines containing ``text`` (ignoring case); empty shows all."""

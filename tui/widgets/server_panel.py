@@ -8,6 +8,8 @@ from textual.widgets import Static
 from ascend_doctor.tui.data import ServerView
 from ascend_doctor.tui.render import Palette, ago, bar, sparkline
 
+STALE = 60.0  # seconds after which the newest sample no longer says how the server is
+
 
 class ServerPanel(Static):
     """A few lines from the newest vLLM sample."""
@@ -26,7 +28,8 @@ class ServerPanel(Static):
             "200 OK" if health == 200 else f"down ({health})",
             style=pal.state("OK" if health == 200 else "failed"),
         )
-        out.append(f"  {ago(now - view.at)} ago\n", style="dim")
+        age = now - view.at
+        out.append(f"  {ago(age)} ago" + (" (stale)" if age > STALE else "") + "\n", style="dim")
         out.append(f"running {_n(view.running, '{:.0f}')}  waiting {_n(view.waiting, '{:.0f}')}\n")
         out.append("KV cache ")
         if view.kv_cache_usage is not None:
