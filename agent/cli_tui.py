@@ -10,6 +10,7 @@ import sys
 import tarfile
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -17,6 +18,9 @@ from ascend_doctor.agent.cli_state import state_dir_option
 from ascend_doctor.core.config import default_state_dir
 from ascend_doctor.core.errors import DoctorError
 from ascend_doctor.core.store import STORE_NAME
+
+if TYPE_CHECKING:
+    from ascend_doctor.tui.data import Source
 
 
 @click.command("tui")
@@ -62,11 +66,9 @@ def tui(state_dir: Path | None, store_file: Path | None) -> None:
     _run_tui(source)
 
 
-def _run_tui(source: object) -> None:
-    from ascend_doctor.tui.app import run
-    from ascend_doctor.tui.data import Source
+def _run_tui(source: Source) -> None:
+    from ascend_doctor.tui.app import run  # Textual is loaded here, and only here
 
-    assert isinstance(source, Source)
     run(source)
 
 

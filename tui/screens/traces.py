@@ -114,7 +114,7 @@ class TraceScreen(RefreshingScreen[tuple[SpanRecord, ...]]):
 
     def current_incident(self) -> int | None:
         """The incident of this trace, when it is one."""
-        spans = self.query_one(Waterfall)._spans
+        spans = self.query_one(Waterfall).spans
         return next((s.incident_id for s in spans if s.incident_id is not None), None)
 
 

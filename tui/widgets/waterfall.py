@@ -86,6 +86,11 @@ class Waterfall(DataTable[Any]):
         text.append("█" * length, style=colour)
         return text
 
+    @property
+    def spans(self) -> tuple[SpanRecord, ...]:
+        """The spans shown."""
+        return self._spans
+
     def chosen(self) -> SpanRecord | None:
         """The span under the cursor."""
         if not self.row_count or not self._rows:
