@@ -187,12 +187,14 @@ def run_watch(config: Config, state_dir: Path, spec: Any, *, attach: Any = None)
 @state_dir_option
 @config_option
 @click.option("-v", "--verbose", is_flag=True, help="Doctor logs on stderr instead of a file.")
+@click.option("--tui", "with_tui", is_flag=True, help="Watch it happen in the TUI.")
 def demo(
     scenarios: tuple[str, ...],
     list_only: bool,
     state_dir: Path | None,
     config_path: Path | None,
     verbose: bool,
+    with_tui: bool,
 ) -> None:
     """Run the doctor on a simulated Ascend host through fault scenarios."""
     from ascend_doctor.agent import demo as demo_mod
@@ -201,6 +203,10 @@ def demo(
         for name, description in demo_mod.scenario_list():
             click.echo(f"{name:14} {description}")
         return
+    if with_tui:  # the demo runs as a child process; the TUI reads its state dir
+        from ascend_doctor.agent.cli_tui import demo_with_tui
+
+        sys.exit(demo_with_tui(scenarios, state_dir))
     config = _config(config_path) if config_path else None
     try:
         ok = demo_mod.run_demo(list(scenarios), state_dir, config, verbose=verbose)
@@ -358,6 +364,7 @@ def _register() -> None:
     from ascend_doctor.agent.cli_rules import findings, rules_group
     from ascend_doctor.agent.cli_state import ack, overrides_group, status
     from ascend_doctor.agent.cli_traces import show, traces_group
+    from ascend_doctor.agent.cli_tui import tui
     from ascend_doctor.agent.profile import profile
 
     main.add_command(rules_group)
@@ -372,6 +379,7 @@ def _register() -> None:
     main.add_command(silence_group)
     incidents.add_command(show)  # incidents show ID: the span waterfall (issue 7)
     main.add_command(traces_group)
+    main.add_command(tui)
 
 
 _register()

@@ -22,6 +22,8 @@ from ascend_doctor.agent.attach import AttachedServer, AttachSpec, process_spec
 from ascend_doctor.agent.incidents import ACTIVE, IncidentManager
 from ascend_doctor.agent.launch import LaunchSpec
 from ascend_doctor.agent.remediation import Context, Remediator
+from ascend_doctor.agent.remediation.engine import StepResult
+from ascend_doctor.agent.requests import RequestRunner
 from ascend_doctor.agent.supervisor import ExitDecision, Supervisor, http_probe
 from ascend_doctor.agent.telemetry import Telemetry
 from ascend_doctor.collectors.logs import (
@@ -194,6 +196,14 @@ class Daemon:
             ),
             rules,
         )
+        # requests from the CLI/TUI (acknowledge, capture a profile, run the next step)
+        self.requests = RequestRunner(
+            self.store,
+            config.remediation,
+            step=self._requested_step,
+            profile=self._capture_profile,
+            clock=time.time,
+        )
 
     # -- wiring --------------------------------------------------------------------------------
 
@@ -277,6 +287,13 @@ class Daemon:
             self.store.set_meta(
                 "launch", {"argv": list(self.base_spec.argv), "env": dict(self.base_spec.env)}
             )
+        await self.telemetry.start()
+        # Take start positions before the server writes anything, and read what a restarted
+        # doctor missed while it was away (never drop what this first pass reads).
+        self._drain()
+        if self.store.meta(TAILER_STARTED) is None:
+            self.store.set_meta(TAILER_STARTED, time.time())
+        # the doctor is watching from here on: readers (status, TUI, tests) may rely on it
         self.store.set_meta(
             "doctor",
             {
@@ -288,17 +305,12 @@ class Daemon:
                 "attached": self.attach is not None,
             },
         )
-        await self.telemetry.start()
-        # Take start positions before the server writes anything, and read what a restarted
-        # doctor missed while it was away (never drop what this first pass reads).
-        self._drain()
-        if self.store.meta(TAILER_STARTED) is None:
-            self.store.set_meta(TAILER_STARTED, time.time())
         tasks = [
             asyncio.create_task(self._tail_loop(), name="tail"),
             asyncio.create_task(self._decide_loop(), name="decide"),
             asyncio.create_task(self._verify_loop(), name="verify"),
             asyncio.create_task(Deliverer(self.alerts).run(), name="alerts"),
+            asyncio.create_task(self.requests.run(), name="requests"),
         ]
         if self.config.collectors.npu_smi.enabled:
             tasks.append(asyncio.create_task(self._npu_smi_loop(), name="npu_smi"))
@@ -514,6 +526,15 @@ class Daemon:
                 retry[incident_id] = time.monotonic() + wait - DECIDE_DELAY
         self._pending.update(retry)
         return restart, escalated
+
+    async def _requested_step(self, incident_id: int) -> StepResult:
+        """The next step of an incident because an operator asked (the policy still decides)."""
+        async with self._lock:
+            self._pending.pop(incident_id, None)
+            result = await self.remediator.remediate(incident_id)
+        if result.restart and self.supervisor is not None:
+            await self.supervisor.restart("restarting the server to apply the remediation")
+        return result
 
     async def _on_exit(self, event: ProcessEvent) -> ExitDecision:
         self._drain()  # the server's last words are in its log now: read them first

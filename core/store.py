@@ -423,16 +423,22 @@ class Store:
             raise KeyError(incident_id)
         return _incident(row)
 
-    def incidents(self, *, states: Sequence[IncidentState] = ()) -> list[Incident]:
-        """Incidents, oldest first, optionally only in some states."""
+    def incidents(
+        self, *, states: Sequence[IncidentState] = (), newest: int | None = None
+    ) -> list[Incident]:
+        """Incidents, oldest first, optionally only in some states and only the ``newest``."""
+        where, args = "", []
         if states:
-            marks = ",".join("?" * len(states))
+            where = f"WHERE state IN ({','.join('?' * len(states))})"
+            args = [s.value for s in states]
+        if newest is not None:
             rows = self._db.execute(
-                f"SELECT * FROM incidents WHERE state IN ({marks}) ORDER BY id",
-                [s.value for s in states],
+                f"SELECT * FROM (SELECT * FROM incidents {where} ORDER BY id DESC LIMIT ?)"
+                " ORDER BY id",
+                [*args, newest],
             )
         else:
-            rows = self._db.execute("SELECT * FROM incidents ORDER BY id")
+            rows = self._db.execute(f"SELECT * FROM incidents {where} ORDER BY id", args)
         return [_incident(r) for r in rows]
 
     def update_incident(self, incident_id: int, **fields: Any) -> Incident:
@@ -918,6 +924,34 @@ class Store:
         """End a silence now; False when there is none with that id."""
         with self._tx() as db:
             return db.execute("DELETE FROM alert_silences WHERE id = ?", (silence_id,)).rowcount > 0
+
+    # -- reads for the TUI (history, log sources, matched lines) ------------------------------
+
+    def sample_history(self, collector: str, subject: str, limit: int = 60) -> list[dict[str, Any]]:
+        """The newest ``limit`` samples of one subject, oldest first (each with its ``at``)."""
+        rows = self._db.execute(
+            "SELECT at, data FROM samples WHERE collector = ? AND subject = ?"
+            " ORDER BY id DESC LIMIT ?",
+            (collector, subject, limit),
+        ).fetchall()
+        return [{"at": r["at"], **json.loads(r["data"])} for r in reversed(rows)]
+
+    def log_paths(self) -> list[str]:
+        """Every path the tailer has checkpointed, most recently read first."""
+        rows = self._db.execute(
+            "SELECT path, MAX(updated_at) AS at FROM offsets GROUP BY path ORDER BY at DESC, path"
+        )
+        return [str(r["path"]) for r in rows]
+
+    def matched_lines(self, path: str, since_offset: int = 0) -> dict[int, int]:
+        """Byte offset -> worst severity of the findings on the lines of ``path`` at or after
+        ``since_offset`` (the lines a rule matched, for highlighting)."""
+        rows = self._db.execute(
+            "SELECT offset, MAX(severity) FROM findings WHERE path = ? AND offset >= ?"
+            " GROUP BY offset",
+            (path, since_offset),
+        )
+        return {int(r[0]): int(r[1]) for r in rows}
 
     # -- meta --------------------------------------------------------------------------------
 

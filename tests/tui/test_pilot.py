@@ -1,0 +1,228 @@
+"""The TUI's behaviour, driven with Pilot on a store built from fixtures."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from textual.widgets import Input, RichLog
+
+from ascend_doctor.core.store import Store
+from ascend_doctor.tui.app import DoctorApp
+from ascend_doctor.tui.data import Source
+from ascend_doctor.tui.screens import (
+    ConfirmScreen,
+    HelpScreen,
+    IncidentScreen,
+    LogsScreen,
+    OverviewScreen,
+    TraceScreen,
+    TracesScreen,
+)
+from ascend_doctor.tui.widgets import (
+    DecisionsTable,
+    HeaderBar,
+    IncidentsTable,
+    LogPane,
+    LogView,
+    SpanDetail,
+    TracesTable,
+    Waterfall,
+)
+from tests.tui.conftest import make_app, shown, until
+from tests.tui.store_fixture import LOG_LINES, NOW, build_state
+
+
+def requests(state: Path) -> list[tuple[str, int | None]]:
+    store = Store.in_dir(state, readonly=True)
+    try:
+        return [(r.kind, r.incident_id) for r in store.requests()]
+    finally:
+        store.close()
+
+
+async def test_navigate_overview_incident_traces_logs_and_back(state: Path) -> None:
+    app = make_app(state)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await shown(pilot, OverviewScreen)
+        table = app.screen.query_one(IncidentsTable)
+        assert table.row_count == 3
+        assert table.selected_id() == 3  # the open incident comes first
+        await pilot.press("down", "enter")
+        inc = await shown(pilot, IncidentScreen)
+        assert isinstance(inc, IncidentScreen) and inc.incident_id == 2
+        decisions = inc.query_one(DecisionsTable)
+        assert decisions.row_count == 2
+        assert inc.query_one(Waterfall).row_count == 4
+        await pilot.press("escape")
+        await shown(pilot, OverviewScreen)
+        await pilot.press("t")
+        traces = await shown(pilot, TracesScreen)
+        assert traces.query_one(TracesTable).row_count == 4
+        await pilot.press("enter")
+        trace = await shown(pilot, TraceScreen)
+        assert trace.query_one(Waterfall).row_count == 2
+        await pilot.press("escape", "escape")
+        await shown(pilot, OverviewScreen)
+        await pilot.press("l")
+        logs = await shown(pilot, LogsScreen)
+        view = logs.query_one(LogView)
+        await until(pilot, lambda: view.virtual_size.height == len(LOG_LINES), "log lines")
+        await pilot.press("escape")
+        await shown(pilot, OverviewScreen)
+        await pilot.press("question_mark")
+        await shown(pilot, HelpScreen)
+        await pilot.press("escape")
+        await shown(pilot, OverviewScreen)
+        await pilot.press("escape")  # never past the overview
+        assert isinstance(app.screen, OverviewScreen)
+
+
+async def test_waterfall_cursor_shows_the_span_beside_it(state: Path) -> None:
+    app = make_app(state)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await shown(pilot, OverviewScreen)
+        app.open_incident(1)
+        inc = await shown(pilot, IncidentScreen)
+        fall = inc.query_one(Waterfall)
+        fall.focus()
+        await pilot.press("down")
+        chosen = fall.chosen()
+        assert chosen is not None and chosen.name == "detect"
+        detail = inc.query_one(SpanDetail)
+        await until(
+            pilot,
+            lambda: "rule = torch-npu-oom" in str(detail.query_one("#span-text").render()),
+            "detail",
+        )
+        before = fall.region
+        await pilot.press("down")
+        assert fall.region == before  # the side panel never moves the rows
+
+
+async def test_log_filter_shows_only_matching_lines(state: Path) -> None:
+    app = make_app(state)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await shown(pilot, OverviewScreen)
+        log = app.screen.query_one(LogPane).query_one(RichLog)
+        await until(pilot, lambda: len(log.lines) == len(LOG_LINES), "the log tail")
+        await pilot.press("slash")
+        assert isinstance(app.focused, Input)
+        await pilot.press(*"ERROR")
+        await until(pilot, lambda: len(log.lines) == 2, "filtered lines")
+        await pilot.press("escape")
+        await until(pilot, lambda: len(log.lines) == len(LOG_LINES), "unfiltered lines")
+
+
+async def test_traces_filter(state: Path) -> None:
+    app = make_app(state)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await shown(pilot, OverviewScreen)
+        await pilot.press("t")
+        traces = await shown(pilot, TracesScreen)
+        table = traces.query_one(TracesTable)
+        await pilot.press("slash", *"incident")
+        await until(pilot, lambda: table.row_count == 2, "incident traces only")
+        await pilot.press("enter", "escape")
+        await until(pilot, lambda: table.row_count == 4, "all traces")
+
+
+async def test_log_search_jumps_to_the_match(state: Path) -> None:
+    app = make_app(state)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await shown(pilot, OverviewScreen)
+        await pilot.press("l")
+        logs = await shown(pilot, LogsScreen)
+        view = logs.query_one(LogView)
+        await until(pilot, lambda: view.virtual_size.height == len(LOG_LINES), "log lines")
+        await pilot.press("slash", *"warning", "enter")
+        await until(pilot, lambda: view.match_line == 5, "the match")
+        assert not view.follow
+
+
+async def test_acknowledge_adds_a_request_row(state: Path) -> None:
+    app = make_app(state)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await shown(pilot, OverviewScreen)
+        await pilot.press("a")
+        await until(pilot, lambda: requests(state) == [("ack", 3)], "the ack request")
+        app.open_incident(1)
+        await shown(pilot, IncidentScreen)
+        await pilot.press("a", "p")
+        await until(
+            pilot,
+            lambda: requests(state) == [("ack", 3), ("ack", 1), ("profile", 1)],
+            "ack and profile requests",
+        )
+
+
+async def test_next_step_asks_first_and_no_adds_nothing(state: Path) -> None:
+    app = make_app(state)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await shown(pilot, OverviewScreen)
+        await pilot.press("r")
+        await shown(pilot, ConfirmScreen)
+        await pilot.press("n")
+        await shown(pilot, OverviewScreen)
+        assert requests(state) == []
+        await pilot.press("r")
+        await shown(pilot, ConfirmScreen)
+        await pilot.press("y")
+        await until(pilot, lambda: requests(state) == [("next_step", 3)], "the next_step request")
+
+
+async def test_header_says_whether_the_doctor_runs(state: Path) -> None:
+    for alive, said in ((False, "doctor NOT running"), (True, "doctor running (pid 424242)")):
+        app = make_app(state, alive=alive)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await shown(pilot, OverviewScreen)
+            assert said in str(app.screen.query_one(HeaderBar).render())
+
+
+async def test_no_store_yet_is_said_and_picked_up_when_it_appears(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    app = make_app(state, interval=0.05)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await shown(pilot, OverviewScreen)
+        header = screen.query_one(HeaderBar)
+        assert "no store yet" in str(header.render())
+        build_state(state)
+        await until(pilot, lambda: "mode auto" in str(header.render()), "the store")
+        await until(pilot, lambda: screen.query_one(IncidentsTable).row_count == 3, "incidents")
+
+
+async def test_live_refresh_shows_new_incidents_and_log_lines(state: Path) -> None:
+    app = make_app(state, interval=0.05)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await shown(pilot, OverviewScreen)
+        log = screen.query_one(LogPane).query_one(RichLog)
+        await until(pilot, lambda: len(log.lines) == len(LOG_LINES), "the log tail")
+        with open(state / "server.log", "a") as fh:
+            fh.write("(APIServer pid=728) INFO: a new line\n")
+        await until(pilot, lambda: len(log.lines) == len(LOG_LINES) + 1, "the new line")
+        store = Store.in_dir(state)
+        store.update_incident(3, state="resolved", resolved_at=NOW)
+        store.close()
+        table = screen.query_one(IncidentsTable)
+        await until(pilot, lambda: "resolved" in str(table.get_row("3")[1]), "the change")
+
+
+async def test_command_palette_lists_the_actions(state: Path) -> None:
+    app = make_app(state)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await shown(pilot, OverviewScreen)
+        titles = [c.title for c in app.get_system_commands(screen)]
+        for want in ("Acknowledge incident", "Capture profile", "Run next remediation step"):
+            assert want in titles
+
+
+async def test_read_only_store_copy_post_mortem(state: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "copy" / "doctor.db"
+    copy.parent.mkdir()
+    with sqlite3.connect(state / "doctor.db") as db:
+        db.execute("VACUUM INTO ?", (str(copy),))
+    app = DoctorApp(Source(copy), clock=lambda: NOW, alive=lambda pid: False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await shown(pilot, OverviewScreen)
+        assert screen.query_one(IncidentsTable).row_count == 3
+        assert "doctor NOT running" in str(screen.query_one(HeaderBar).render())

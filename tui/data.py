@@ -1,0 +1,594 @@
+"""What the screens show, read from the store in one go (in a worker thread, never on the
+event loop) into frozen views the widgets only display.
+
+No Textual here: the loaders are plain functions over a :class:`Source`, so the benchmark and
+the tests call them directly.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from ascend_doctor.core.errors import StoreError
+from ascend_doctor.core.events import ActionResult, IncidentState, Severity
+from ascend_doctor.core.store import STORE_NAME, SpanRecord, Store
+
+SERVER_LOG = "server.log"
+LOG_TAIL_BYTES = 32 * 1024  # what the overview's log pane reads from the end of the log
+MAX_COUNT_BYTES = 64 << 20  # evidence line numbers are counted in files up to this offset
+HISTORY = 30  # samples per device kept for the sparklines
+ACTIVE = (IncidentState.OPEN, IncidentState.MITIGATING)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a live process has this pid (the doctor's, from the store); a zombie (a demo
+    child that exited and is not reaped yet) is not alive."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.Error:
+        return True  # it exists; it is someone else's
+
+
+class Source:
+    """Where the TUI reads from: a store file, and the state dir its logs live in.
+
+    Every read opens a short read-only connection in the calling (worker) thread, so the TUI
+    holds no lock on the store and a store that appears later (a starting doctor) is picked up.
+    The one writable connection is opened only to add a request.
+    """
+
+    def __init__(self, store_path: Path, state_dir: Path | None = None) -> None:
+        self.store_path = store_path
+        self.state_dir = state_dir if state_dir is not None else store_path.parent
+        self._lock = threading.Lock()
+        self._lines: dict[tuple[str, int], int] = {}
+
+    @classmethod
+    def for_state_dir(cls, state_dir: Path) -> Source:
+        """The store and logs of a doctor's state dir."""
+        return cls(state_dir / STORE_NAME, state_dir)
+
+    @contextmanager
+    def reader(self) -> Iterator[Store]:
+        """A read-only store for one refresh (StoreError when there is none yet)."""
+        with self._lock:
+            store = Store(self.store_path, readonly=True)
+            try:
+                yield store
+            finally:
+                store.close()
+
+    def add_request(self, kind: str, incident_id: int | None) -> int:
+        """Ask the daemon for something (the TUI's only write); returns the request id."""
+        with self._lock:
+            store = Store(self.store_path)
+            try:
+                return store.add_request(kind, incident_id, {"from": "tui"})
+            finally:
+                store.close()
+
+    def display(self, path: str) -> str:
+        """A path as shown: relative to the state dir when under it, else its last two parts."""
+        p = Path(path)
+        try:
+            return str(p.relative_to(self.state_dir))
+        except ValueError:
+            return str(Path(p.parent.name) / p.name) if p.parent.name else p.name
+
+    def line_number(self, path: str, offset: int, text: str) -> int:
+        """The 1-based line number of the line at ``offset`` of ``path`` when that line still
+        reads ``text`` (a rotated file is not miscounted), else 0. Cached: lines before an
+        offset do not change."""
+        key = (path, offset)
+        cached = self._lines.get(key)
+        if cached is not None:
+            return cached
+        number = 0
+        if offset <= MAX_COUNT_BYTES:
+            full = Path(path) if Path(path).is_absolute() else self.state_dir / path
+            try:
+                with open(full, "rb") as fh:
+                    fh.seek(offset)
+                    line = fh.readline().rstrip(b"\r\n").decode("utf-8", "replace")
+                    if line == text and fh.tell() > offset:
+                        fh.seek(0)
+                        count, left = 0, offset
+                        while left > 0:
+                            block = fh.read(min(left, 1 << 20))
+                            if not block:
+                                break
+                            count += block.count(b"\n")
+                            left -= len(block)
+                        number = count + 1 if left == 0 else 0
+            except OSError:
+                number = 0
+        self._lines[key] = number
+        return number
+
+    def log_sources(self, store: Store | None) -> list[str]:
+        """The server log of the state dir first, then every file the tailer follows."""
+        paths: list[str] = []
+        server = self.state_dir / SERVER_LOG
+        if server.exists():
+            paths.append(str(server))
+        if store is not None:
+            known = store.log_paths()
+            # a server log first (a rebuilt bundle's is not in the state dir itself)
+            known.sort(key=lambda p: Path(p).name != SERVER_LOG)
+            paths.extend(p for p in known if p not in paths)
+        return paths
+
+
+# -- the overview ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderView:
+    """The header: is the doctor alive, what the server does, what was learned."""
+
+    doctor_alive: bool
+    """A doctor process with the stored pid exists."""
+    doctor_pid: int | None
+    mode: str
+    """Remediation mode (auto, suggest, off) or ``unknown``."""
+    server_state: str
+    server_since: float | None
+    """When the server entered its state (uptime when RUNNING)."""
+    restarts: int
+    """Server starts after the first since the doctor started."""
+    overrides: tuple[str, ...]
+    """Current launch overrides as ``--flag=value`` / ``ENV=value``."""
+    store_ok: bool = True
+    """False when there is no readable store (yet)."""
+    problem: str = ""
+    """Why the store could not be read."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceView:
+    """One NPU row."""
+
+    subject: str
+    health: str
+    hbm_used_mb: float | None
+    hbm_total_mb: float | None
+    aicore_pct: float | None
+    temp_c: float | None
+    power_w: float | None
+    hbm_history: tuple[float, ...]
+    """HBM used percent, oldest first."""
+    aicore_history: tuple[float, ...]
+    """AI Core percent, oldest first."""
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class ServerView:
+    """The newest vLLM sample, with the rates derived from the one before it."""
+
+    health_status: int | None
+    running: float | None
+    waiting: float | None
+    kv_cache_usage: float | None
+    """0..1."""
+    tokens_per_s: float | None
+    ttft_p99: float | None
+    """Seconds."""
+    at: float | None
+    tokens_history: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class IncidentRow:
+    """One line of an incident list."""
+
+    id: int
+    state: str
+    severity: int
+    category: str
+    subject: str
+    summary: str
+    opened_at: float
+    resolved_at: float | None
+    acknowledged: bool
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class LogLineView:
+    """One log line; ``severity`` set when a rule matched it."""
+
+    offset: int
+    text: str
+    severity: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Overview:
+    """Everything the overview screen shows."""
+
+    header: HeaderView
+    devices: tuple[DeviceView, ...]
+    server: ServerView
+    incidents: tuple[IncidentRow, ...]
+    """Open ones first, then the most recent others."""
+    log_path: str
+    log_lines: tuple[LogLineView, ...]
+
+
+RECENT_INCIDENTS = 50
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def load_header(store: Store, alive: Callable[[int], bool]) -> HeaderView:
+    """The header from the store's meta, process events and overrides."""
+    doctor = store.meta("doctor") or {}
+    server = store.meta("server") or {}
+    pid = doctor.get("pid") if isinstance(doctor.get("pid"), int) else None
+    started = _num(doctor.get("started_at")) or 0.0
+    starts = [
+        e
+        for e in store.process_events(limit=500)
+        if e["state"] == "STARTING" and e["at"] >= started
+    ]
+    overrides = tuple(
+        (o.key if o.kind == "flag" else f"{o.key}={o.value}") for o in store.overrides()
+    )
+    return HeaderView(
+        doctor_alive=pid is not None and alive(pid),
+        doctor_pid=pid,
+        mode=str(doctor.get("mode", "unknown")),
+        server_state=str(server.get("state", "unknown")) if server else "not supervised",
+        server_since=_num(server.get("since")),
+        restarts=max(0, len(starts) - 1),
+        overrides=overrides,
+    )
+
+
+def load_devices(store: Store, history: int = HISTORY) -> tuple[DeviceView, ...]:
+    """One row per NPU from the npu_smi samples, with their recent history."""
+    out = []
+    for subject, latest in sorted(store.latest_samples("npu_smi").items(), key=_npu_order):
+        past = store.sample_history("npu_smi", subject, history)
+        out.append(
+            DeviceView(
+                subject=subject,
+                health=str(latest.get("health") or "?"),
+                hbm_used_mb=_num(latest.get("hbm_used_mb")),
+                hbm_total_mb=_num(latest.get("hbm_total_mb")),
+                aicore_pct=_num(latest.get("aicore_pct")),
+                temp_c=_num(latest.get("temp_c")),
+                power_w=_num(latest.get("power_w")),
+                hbm_history=tuple(_num(s.get("hbm_used_pct")) or 0.0 for s in past),
+                aicore_history=tuple(_num(s.get("aicore_pct")) or 0.0 for s in past),
+                at=float(latest["at"]),
+            )
+        )
+    return tuple(out)
+
+
+def _npu_order(item: tuple[str, Any]) -> tuple[int, str]:
+    digits = "".join(c for c in item[0].split(".")[0] if c.isdigit())
+    return (int(digits) if digits else 1 << 30, item[0])
+
+
+def load_server(store: Store, history: int = HISTORY) -> ServerView:
+    """The server panel from the vllm samples."""
+    past = store.sample_history("vllm", "server", history)
+    if not past:
+        return ServerView(None, None, None, None, None, None, None)
+    rates: list[float] = []
+    for before, after in pairwise(past):
+        dt = after["at"] - before["at"]
+        delta = _num(after.get("generation_tokens_delta"))
+        rates.append(delta / dt if delta is not None and dt > 0 else 0.0)
+    last = past[-1]
+    return ServerView(
+        health_status=int(last["health_status"]) if "health_status" in last else None,
+        running=_num(last.get("running")),
+        waiting=_num(last.get("waiting")),
+        kv_cache_usage=_num(last.get("kv_cache_usage")),
+        tokens_per_s=rates[-1] if rates and "generation_tokens_delta" in last else None,
+        ttft_p99=_num(last.get("ttft_p99")),
+        at=float(last["at"]),
+        tokens_history=tuple(rates),
+    )
+
+
+def incident_row(inc: Any) -> IncidentRow:
+    """An Incident as a list row."""
+    return IncidentRow(
+        id=inc.id,
+        state=inc.state.value,
+        severity=int(inc.severity),
+        category=inc.category.value,
+        subject=inc.subject,
+        summary=inc.summary,
+        opened_at=inc.opened_at,
+        resolved_at=inc.resolved_at,
+        acknowledged=inc.acknowledged,
+        attempts=inc.attempts,
+    )
+
+
+def load_incidents(store: Store, recent: int = RECENT_INCIDENTS) -> tuple[IncidentRow, ...]:
+    """The open incidents, then the newest others, newest first within each."""
+    active = [incident_row(i) for i in store.incidents(states=ACTIVE)]
+    done = (IncidentState.RESOLVED, IncidentState.ESCALATED)
+    others = [incident_row(i) for i in store.incidents(states=done, newest=recent)]
+    return tuple(reversed(active)) + tuple(reversed(others))
+
+
+def read_tail(path: str, max_bytes: int = LOG_TAIL_BYTES) -> tuple[int, list[tuple[int, str]]]:
+    """The whole lines in the last ``max_bytes`` of a file: (start offset, [(offset, text)])."""
+    try:
+        with open(path, "rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            start = max(0, size - max_bytes)
+            fh.seek(start)
+            data = fh.read(size - start)
+    except OSError:
+        return 0, []
+    offset = start
+    if start > 0:  # drop the partial first line
+        cut = data.find(b"\n")
+        if cut < 0:
+            return start, []
+        data = data[cut + 1 :]
+        offset = start + cut + 1
+    end = data.rfind(b"\n")
+    data = data[: end + 1] if end >= 0 else b""
+    first = offset
+    lines: list[tuple[int, str]] = []
+    for raw in data.split(b"\n")[:-1]:
+        lines.append((offset, raw.decode("utf-8", "replace")))
+        offset += len(raw) + 1
+    return first, lines
+
+
+def load_log_tail(
+    store: Store | None, path: str, max_bytes: int = LOG_TAIL_BYTES
+) -> tuple[LogLineView, ...]:
+    """The tail of a log, each line marked with the worst severity a rule found on it."""
+    if not path:
+        return ()
+    first, lines = read_tail(path, max_bytes)
+    marks = store.matched_lines(path, first) if store is not None and lines else {}
+    return tuple(LogLineView(off, text, marks.get(off)) for off, text in lines)
+
+
+def load_overview(source: Source, alive: Callable[[int], bool] = pid_alive) -> Overview:
+    """Everything the overview shows, in one read of the store and one of the log."""
+    try:
+        with source.reader() as store:
+            header = load_header(store, alive)
+            devices = load_devices(store)
+            server = load_server(store)
+            incidents = load_incidents(store)
+            sources = source.log_sources(store)
+            log_path = sources[0] if sources else ""
+            lines = load_log_tail(store, log_path)
+    except (StoreError, sqlite3.Error) as exc:
+        header = HeaderView(False, None, "unknown", "unknown", None, 0, (), False, str(exc))
+        sources = source.log_sources(None)
+        log_path = sources[0] if sources else ""
+        return Overview(
+            header,
+            (),
+            ServerView(None, None, None, None, None, None, None),
+            (),
+            log_path,
+            load_log_tail(None, log_path),
+        )
+    return Overview(header, devices, server, incidents, log_path, lines)
+
+
+# -- one incident ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class EvidenceView:
+    """One evidence line of a finding."""
+
+    path: str
+    line: int
+    """1-based line number; 0 when unknown (then ``offset`` says where)."""
+    offset: int
+    text: str
+
+    @property
+    def where(self) -> str:
+        """``path:line``, or ``path@offset`` when the line number is unknown."""
+        return f"{self.path}:{self.line}" if self.line else f"{self.path}@{self.offset}"
+
+
+@dataclass(frozen=True, slots=True)
+class FindingView:
+    """A finding of an incident: its rule, role and evidence."""
+
+    rule: str
+    role: str
+    severity: str
+    summary: str
+    evidence: tuple[EvidenceView, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RequestView:
+    """A request an operator made about this incident, and what became of it."""
+
+    id: int
+    kind: str
+    state: str
+    result: str
+
+
+@dataclass(frozen=True, slots=True)
+class IncidentDetail:
+    """Everything the incident screen shows."""
+
+    incident: IncidentRow
+    rule: str
+    explanation: str
+    roots: tuple[FindingView, ...]
+    symptoms: tuple[FindingView, ...]
+    actions: tuple[ActionResult, ...]
+    requests: tuple[RequestView, ...]
+    spans: tuple[SpanRecord, ...]
+
+
+def explain(
+    rule: str, roots: list[FindingView], symptoms: list[FindingView], actions: list[ActionResult]
+) -> str:
+    """A few sentences: what was recognised, from what, and what the doctor decided."""
+    parts = []
+    if roots:
+        parts.append(f"Root cause: {roots[0].summary} (rule {roots[0].rule}).")
+    else:
+        parts.append(f"Recognised by rule {rule}.")
+    if symptoms:
+        parts.append(f"{len(symptoms)} symptom finding(s) followed from it.")
+    taken = [a for a in actions if a.name != "escalate"]
+    if taken:
+        last = taken[-1]
+        parts.append(f"Last decision: {last.name} {last.outcome.value}: {last.reason}.")
+    esc = [a for a in actions if a.name == "escalate"]
+    if esc:
+        parts.append(f"Escalated to a human: {esc[-1].reason}.")
+    return " ".join(parts)
+
+
+def load_incident(source: Source, incident_id: int) -> IncidentDetail:
+    """One incident with its findings, decisions, requests and trace (KeyError: unknown id)."""
+    with source.reader() as store:
+        inc = store.incident(incident_id)
+        roots: list[FindingView] = []
+        symptoms: list[FindingView] = []
+        for f in store.findings(incident_id):
+            view = FindingView(
+                rule=f["rule"],
+                role=f["role"],
+                severity=f["severity"],
+                summary=f["summary"],
+                evidence=tuple(
+                    EvidenceView(
+                        source.display(e["path"]),
+                        int(e.get("line") or 0)
+                        or source.line_number(e["path"], int(e.get("offset") or 0), e["text"]),
+                        int(e.get("offset") or 0),
+                        e["text"],
+                    )
+                    for e in f["evidence"]
+                ),
+            )
+            (roots if f["role"] == "root" else symptoms).append(view)
+        actions = store.actions(incident_id)
+        requests = tuple(
+            RequestView(r.id, r.kind, r.state, r.result)
+            for r in store.requests(limit=500)
+            if r.incident_id == incident_id
+        )
+        trace = store.incident_trace_id(incident_id)
+        spans = tuple(store.spans(trace)) if trace else ()
+    return IncidentDetail(
+        incident=incident_row(inc),
+        rule=inc.rule,
+        explanation=explain(inc.rule, roots, symptoms, actions),
+        roots=tuple(roots),
+        symptoms=tuple(symptoms),
+        actions=tuple(actions),
+        requests=requests,
+        spans=spans,
+    )
+
+
+# -- traces ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TraceRow:
+    """One trace in the list: its root span."""
+
+    trace_id: str
+    name: str
+    source: str
+    incident_id: int | None
+    start_ns: int
+    duration_ms: float
+    status: str
+
+
+def load_traces(source: Source, limit: int = 200) -> tuple[TraceRow, ...]:
+    """The newest traces, newest first: the doctor's own (incidents) and the server's requests
+    read apart, so a busy server's many request traces never push the incidents out."""
+    with source.reader() as store:
+        roots = store.traces(source="doctor", limit=limit) + store.traces(
+            source="server", limit=limit
+        )
+    roots.sort(key=lambda r: (r.start_ns, r.trace_id), reverse=True)
+    return tuple(
+        TraceRow(
+            r.trace_id,
+            r.name,
+            r.source,
+            r.incident_id,
+            r.start_ns,
+            (r.end_ns - r.start_ns) / 1e6,
+            r.status,
+        )
+        for r in roots
+    )
+
+
+def load_trace(source: Source, trace_id: str) -> tuple[SpanRecord, ...]:
+    """Every span of one trace."""
+    with source.reader() as store:
+        return tuple(store.spans(trace_id))
+
+
+def severity_label(value: int | None) -> str:
+    """``critical``, ``error``, ... for a stored severity number."""
+    if value is None:
+        return ""
+    try:
+        return Severity(value).label
+    except ValueError:
+        return str(value)
+
+
+__all__ = [
+    "DeviceView",
+    "EvidenceView",
+    "FindingView",
+    "HeaderView",
+    "IncidentDetail",
+    "IncidentRow",
+    "LogLineView",
+    "Overview",
+    "RequestView",
+    "ServerView",
+    "Source",
+    "TraceRow",
+    "load_incident",
+    "load_overview",
+    "load_trace",
+    "load_traces",
+    "pid_alive",
+    "read_tail",
+    "severity_label",
+]
