@@ -102,7 +102,7 @@ def _span(trace: str, span: str, parent: str, start: int, source: str = "doctor"
 def test_spans_round_trip_and_server_spans_are_bounded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("ascend_doctor.core.store.SERVER_SPANS_KEPT", 3)
+    monkeypatch.setattr("ascend_doctor.core.store_traces.SERVER_SPANS_KEPT", 3)
     store = Store.in_dir(tmp_path)
     store.add_spans([_span("t1", "b", "a", 20), _span("t1", "a", "", 10)])
     assert [s.span_id for s in store.spans("t1")] == ["a", "b"]

@@ -1,0 +1,65 @@
+"""What every part of the store shares: the connection and its short write transactions."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from ascend_doctor.core.events import ActionResult, Finding, Incident
+
+log = logging.getLogger("ascend_doctor.core.store")
+
+
+class StoreListener:
+    """Told of every state change the store records, after it is committed (subclass it and
+    override what you need; every method is a no-op here).
+
+    Telemetry and alerts listen here, so that every writer (incident manager, remediator,
+    verifier, CLI requests the daemon carries out) is seen the same way. A listener that
+    raises is logged and isolated; the write it follows stands.
+    """
+
+    def incident_changed(self, before: Incident | None, after: Incident) -> None:
+        """An incident was opened (``before`` is None) or updated."""
+
+    def finding_added(self, finding: Finding, incident_id: int | None) -> None:
+        """A new finding was stored."""
+
+    def action_added(self, incident_id: int, result: ActionResult) -> None:
+        """A remediation decision was recorded."""
+
+    def process_event(self, event: dict[str, Any]) -> None:
+        """A supervisor state change was recorded (the process_events row)."""
+
+    def sample_added(self, collector: str, subject: str, at: float, data: dict[str, Any]) -> None:
+        """A collector sample was stored."""
+
+
+class StoreBase:
+    """The connection; each write is its own short ``BEGIN IMMEDIATE`` transaction."""
+
+    _db: sqlite3.Connection
+    listeners: list[StoreListener]
+
+    def _notify(self, call: Callable[[StoreListener], None]) -> None:
+        for listener in self.listeners:
+            try:
+                call(listener)
+            except Exception:  # a failing listener is isolated; the write stands
+                log.exception("store listener %s failed", type(listener).__name__)
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._db
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+
+__all__ = ["StoreBase", "StoreListener"]
