@@ -81,7 +81,10 @@ class Telemetry(StoreListener):
         )
         self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.store_exporter))
         readers: list[MetricReader] = []
-        if self.endpoint is not None:
+        # a signal without a URL (only OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or only ..._METRICS_
+        # set) is not exported: the SDK exporters would default to localhost:4318, which is
+        # the doctor's own receiver
+        if self.endpoint is not None and self.endpoint.traces:
             self.otlp = BoundedSpanProcessor(
                 span_exporter(self.endpoint),
                 max_queue_size=tc.max_queue_size,
@@ -89,6 +92,7 @@ class Telemetry(StoreListener):
                 delay=tc.schedule_delay,
             )
             self.tracer_provider.add_span_processor(self.otlp)
+        if self.endpoint is not None and self.endpoint.metrics:
             readers.append(
                 PeriodicExportingMetricReader(
                     metric_exporter(self.endpoint),
@@ -96,6 +100,7 @@ class Telemetry(StoreListener):
                     export_timeout_millis=tc.timeout * 1000,
                 )
             )
+        if self.endpoint is not None:
             log.info("telemetry: exporting over OTLP %s", self.endpoint.describe())
             # the SDK exporters log every retry of a dead endpoint on the terminal; the
             # processor says when export starts or stops working, and counts the drops
@@ -164,7 +169,7 @@ class Telemetry(StoreListener):
             receiver = Receiver(
                 self.store,
                 max_body=tr.receiver_max_bytes,
-                forward=self.endpoint,
+                forward=self.endpoint if self.endpoint and self.endpoint.traces else None,
                 metrics=self.metrics,
             )
             try:

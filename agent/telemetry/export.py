@@ -179,7 +179,7 @@ class Endpoint:
 
     def describe(self) -> str:
         """For logs: the protocol and URL, never the headers."""
-        return f"{self.protocol} {self.traces}"
+        return f"{self.protocol} {self.traces or self.metrics}"
 
 
 def parse_headers(text: str) -> dict[str, str]:

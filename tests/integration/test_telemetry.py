@@ -22,6 +22,7 @@ from ascend_doctor.agent.demo import free_port
 from ascend_doctor.core.store import Store
 from ascend_doctor.sim.host import SimHost
 from tests.conftest import poll, read_store
+from tests.deploy.test_deploy_observability import _documented, _scraped
 from tests.otlp_collector import Collector, start_collector
 
 pytestmark = pytest.mark.integration
@@ -240,6 +241,11 @@ def test_watch_metrics_prometheus_and_the_servers_request_spans(
 
         text = poll(scraped, 60, "8 NPUs on the Prometheus endpoint")
         assert "doctor_log_lines" in text
+        # every family a live doctor serves is in docs/telemetry.md's table, with its labels
+        documented = {r.doctor: r.labels for r in _documented().values()}
+        for family, labels in _scraped(text).items():
+            assert family in documented, family
+            assert labels == documented[family], (family, labels)
 
         # the server's own request spans arrive at the receiver and are stored
         for _ in range(3):

@@ -10,9 +10,15 @@ import socket
 from pathlib import Path
 
 import pytest
+from opentelemetry.sdk.metrics.export import MetricExporter
 
 from ascend_doctor.agent.telemetry import Telemetry
-from ascend_doctor.agent.telemetry.export import BoundedSpanProcessor, resolve_endpoint
+from ascend_doctor.agent.telemetry.export import (
+    BoundedSpanProcessor,
+    Endpoint,
+    metric_exporter,
+    resolve_endpoint,
+)
 from ascend_doctor.agent.telemetry.lifecycle import parse_phases
 from ascend_doctor.agent.telemetry.records import (
     from_otlp_json,
@@ -378,3 +384,33 @@ def test_device_and_server_samples_become_metrics() -> None:
     assert points["doctor.collector.failures"] == [({"collector": "npu_smi"}, 1.0)]
     assert points["doctor.findings"][0][0]["category"] == "npu_oom"
     provider.shutdown()
+
+
+@pytest.mark.parametrize("only", ["TRACES", "METRICS"])
+async def test_one_signal_endpoint_exports_only_that_signal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, only: str
+) -> None:
+    """Only OTEL_EXPORTER_OTLP_TRACES_ENDPOINT (or only ..._METRICS_) set: the other signal is
+    not exported; the SDK exporter would default to localhost:4318, the doctor's receiver."""
+    from ascend_doctor.agent.telemetry import core
+
+    made: list[str] = []
+
+    def spy(ep: Endpoint) -> MetricExporter:
+        made.append(ep.metrics)
+        return metric_exporter(ep)
+
+    monkeypatch.setattr(core, "metric_exporter", spy)
+    for var in ("ENDPOINT", "TRACES_ENDPOINT", "METRICS_ENDPOINT", "PROTOCOL", "TRACES_PROTOCOL"):
+        monkeypatch.delenv(f"OTEL_EXPORTER_OTLP_{var}", raising=False)
+    url = f"http://127.0.0.1:9/v1/{only.lower()}"  # discard port: nothing is sent in this test
+    monkeypatch.setenv(f"OTEL_EXPORTER_OTLP_{only}_ENDPOINT", url)
+    store = Store.in_dir(tmp_path)
+    t = telemetry(store)
+    await t.start()
+    if only == "TRACES":
+        assert t.otlp is not None and made == []
+    else:
+        assert t.otlp is None and made == [url]
+    await close(t, store)
+    store.close()
