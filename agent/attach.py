@@ -171,9 +171,12 @@ class AttachedServer:
             await self._sleep(interval)
 
     async def _check(self) -> None:
-        gone = self.pid is not None and not _alive(self.pid)
-        healthy = False if gone else await self._probe()
-        if healthy:
+        if self.pid is not None and not _alive(self.pid):
+            old, self.pid = self.pid, None  # whoever starts it again, it will have a new pid
+            if self.state == ProcessState.RUNNING:
+                await self._down(f"pid {old} exited", old)
+                return
+        if await self._probe():
             self._failures = 0
             if self.pid is None:
                 self.pid = listening_pid(self.attach.port)
@@ -183,15 +186,13 @@ class AttachedServer:
         if self.state != ProcessState.RUNNING:
             return  # still starting (or already known down): nothing new
         self._failures += 1
-        if gone:
-            why = f"pid {self.pid} exited"
-        elif self._failures >= self.config.probe_failures:
-            why = f"/health failed {self._failures} times in a row"
-        else:
-            return
-        old = self.pid
+        if self._failures >= self.config.probe_failures:
+            await self._down(f"/health failed {self._failures} times in a row", self.pid)
+
+    async def _down(self, why: str, pid: int | None) -> None:
+        """The server went away: decide with the daemon, restart only through the command."""
         self.pid = None
-        event = self._change(ProcessState.EXITED, why, pid=old, crashed=True)
+        event = self._change(ProcessState.EXITED, why, pid=pid, crashed=True)
         decision = await self._on_exit(event)
         if decision == ExitDecision.RESTART and self.can_restart:
             self._restart_reason = "restarting the server to apply the remediation"
