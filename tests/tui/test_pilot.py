@@ -226,3 +226,26 @@ async def test_read_only_store_copy_post_mortem(state: Path, tmp_path: Path) -> 
         screen = await shown(pilot, OverviewScreen)
         assert screen.query_one(IncidentsTable).row_count == 3
         assert "doctor NOT running" in str(screen.query_one(HeaderBar).render())
+
+
+async def test_a_device_cell_that_grows_widens_its_column() -> None:
+    from textual.app import App, ComposeResult
+
+    from ascend_doctor.tui.data import DeviceView
+    from ascend_doctor.tui.widgets import DevicesTable
+
+    def device(power: float) -> DeviceView:
+        return DeviceView("npu0", "OK", 3000.0, 65536.0, 0.0, 36.0, power, (), (), NOW)
+
+    class One(App[None]):
+        def compose(self) -> ComposeResult:
+            yield DevicesTable()
+
+    app = One()
+    async with app.run_test(size=(120, 20)) as pilot:
+        table = app.query_one(DevicesTable)
+        table.show((device(88.0),))
+        await pilot.pause()
+        table.show((device(189.0),))  # a loaded card draws more: 3 digits, not "18"
+        await pilot.pause()
+        assert table.columns["W"].content_width >= len("189")  # type: ignore[index]

@@ -53,7 +53,7 @@ class DevicesTable(DataTable[Any]):
             cells = self._cells(dev, pal)[: len(names)]
             if dev.subject in self.rows:
                 for name, value in zip(names, cells, strict=True):
-                    self.update_cell(dev.subject, name, value)
+                    self.update_cell(dev.subject, name, value, update_width=True)
             else:
                 self.add_row(*cells, key=dev.subject)
         for key in [k for k in self.rows if k.value not in seen]:
