@@ -19,13 +19,14 @@ from typing import Any, Protocol
 
 from ascend_doctor.agent.alerts import AlertEngine, Deliverer
 from ascend_doctor.agent.attach import AttachedServer, AttachSpec, process_spec
-from ascend_doctor.agent.incidents import ACTIVE, IncidentManager
+from ascend_doctor.agent.incidents import IncidentManager
 from ascend_doctor.agent.launch import LaunchSpec
 from ascend_doctor.agent.remediation import Context, Remediator
 from ascend_doctor.agent.remediation.engine import StepResult
 from ascend_doctor.agent.requests import RequestRunner
 from ascend_doctor.agent.supervisor import ExitDecision, Supervisor, http_probe
 from ascend_doctor.agent.telemetry import Telemetry
+from ascend_doctor.agent.verify import Verifier
 from ascend_doctor.collectors.logs import (
     Checkpoint,
     Checkpoints,
@@ -41,9 +42,7 @@ from ascend_doctor.core.config import Config
 from ascend_doctor.core.errors import CollectorError
 from ascend_doctor.core.events import (
     Finding,
-    IncidentState,
     LogChunk,
-    Outcome,
     ProcessEvent,
     ProcessState,
     Sample,
@@ -150,7 +149,6 @@ class Daemon:
         self._run_start = 0.0  # wall time the server last became RUNNING
         self.collector_failures: dict[str, int] = {"npu_smi": 0}
         self._started_at = time.time()
-        self._probed_run = 0.0  # the run whose completion probe passed
         self.supervisor: Supervisor | AttachedServer | None = None
         if attach is not None:
             self.supervisor = AttachedServer(
@@ -203,6 +201,10 @@ class Daemon:
             step=self._requested_step,
             profile=self._capture_profile,
             clock=time.time,
+        )
+        # healed? health for the settle window and a 1-token completion
+        self.verifier = Verifier(
+            self.store, config.remediation, self.remediator.record, lambda: self.server_url
         )
 
     # -- wiring --------------------------------------------------------------------------------
@@ -602,59 +604,8 @@ class Daemon:
                 continue
             if time.time() - self._run_start < settle:
                 continue
-            waiting = [
-                inc
-                for inc in self.store.incidents(states=ACTIVE)
-                if inc.state == IncidentState.MITIGATING
-                and (acts := self.store.actions(inc.id))
-                and acts[-1].at <= self._run_start
-            ]
-            if not waiting:
-                continue
-            run = self._run_start
-            ok, why = True, f"/health 200 for {time.time() - run:.0f}s"
-            if self.config.remediation.completion_probe and self._probed_run != run:
-                ok, detail = await completion_probe(
-                    self.server_url, self.config.remediation.probe_timeout
-                )
-                why = f"{why}; {detail}"
-                if self._run_start != run:
-                    continue  # the server restarted meanwhile: judge the new run
-            for inc in waiting:
-                self.remediator.record(inc.id, "verify", Outcome.OK if ok else Outcome.FAILED, why)
-                if ok:
-                    self.store.update_incident(
-                        inc.id, state=IncidentState.RESOLVED, resolved_at=time.time()
-                    )
-                    log.warning("incident %d resolved: %s", inc.id, why)
-                else:
-                    # healthy but not serving: the step did not help, the next one runs
-                    log.error("incident %d not resolved: %s", inc.id, why)
-                    self._pending.setdefault(inc.id, time.monotonic())
-            if ok:
-                self._probed_run = run
-
-
-async def completion_probe(base_url: str, timeout: float) -> tuple[bool, str]:
-    """Ask the server for one token: /health says the API is up, this says the engine works."""
-    import httpx
-
-    t0 = time.monotonic()
-    try:
-        async with httpx.AsyncClient(timeout=timeout, trust_env=False) as client:
-            models = (await client.get(f"{base_url}/v1/models")).json()
-            model = models["data"][0]["id"]
-            resp = await client.post(
-                f"{base_url}/v1/completions",
-                json={"model": model, "prompt": "ping", "max_tokens": 1},
-            )
-            if resp.status_code != 200:
-                return False, f"1-token completion answered {resp.status_code}"
-            if not resp.json().get("choices"):
-                return False, "1-token completion answered without choices"
-    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
-        return False, f"1-token completion failed: {type(exc).__name__}: {exc}"
-    return True, f"1-token completion in {time.monotonic() - t0:.2f}s"
+            for incident_id in await self.verifier.check(self._run_start, lambda: self._run_start):
+                self._pending.setdefault(incident_id, time.monotonic())
 
 
 def _under(state_dir: Path, name: str) -> Path:
@@ -662,4 +613,4 @@ def _under(state_dir: Path, name: str) -> Path:
     return p if p.is_absolute() else state_dir / p
 
 
-__all__ = ["Daemon", "cann_log_root", "completion_probe"]
+__all__ = ["Daemon", "cann_log_root"]
