@@ -187,8 +187,7 @@ def ack(incident_id: int, state_dir: Path | None) -> None:
             inc = store.incident(incident_id)
         except KeyError:
             raise click.ClickException(f"no incident #{incident_id}") from None
-        store.update_incident(inc.id, acknowledged=True)
-        Policy(store, RemediationConfig(), time.time).acknowledge(inc.category.value)
+        Policy(store, RemediationConfig(), time.time).acknowledge_incident(inc.id)
     finally:
         store.close()
     click.echo(f"incident #{incident_id} acknowledged")

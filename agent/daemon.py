@@ -154,18 +154,17 @@ class Daemon:
             self.supervisor = AttachedServer(
                 attach,
                 config.server,
-                probe=http_probe(attach.url),
+                probe=http_probe(self.server_url),
                 on_change=self._on_change,
                 on_exit=self._on_exit,
                 command_timeout=config.remediation.command_timeout,
             )
         elif spec is not None:
-            url = config.server.health_url or spec.health_base_url()
             self.supervisor = Supervisor(
                 self.effective_spec,
                 config.server,
                 self.log_path,
-                probe=http_probe(url),
+                probe=http_probe(self.server_url),
                 on_change=self._on_change,
                 on_exit=self._on_exit,
                 base_env=self.base_env,
@@ -504,36 +503,40 @@ class Daemon:
                 sup.start()  # a step stopped it before the failure went to a human
 
     async def _remediate(self, ids: list[int]) -> tuple[bool, bool]:
-        """Run the next step of each incident; (restart the server?, any escalated?)."""
+        """Run the next step of each pending incident; (restart the server?, any escalated?).
+        The caller holds the lock."""
         restart = escalated = False
-        retry: dict[int, float] = {}
         for incident_id in ids:
             if self._pending.pop(incident_id, None) is None:
                 continue
             try:
-                with self.telemetry.incident_context(incident_id):
-                    result = await self.remediator.remediate(incident_id)
+                result = await self._step(incident_id)
             except Exception:
                 log.exception("remediation of incident %d failed", incident_id)
                 continue
-            finally:
-                # evidence that arrived while this step ran (a device reset takes seconds)
-                # belongs to the failure being fixed, not to a failure of the fix
-                self._pending.pop(incident_id, None)
             restart = restart or result.restart
             escalated = escalated or result.escalated
-            if result.retry_at is not None:
-                # a cooldown: decide again once it is over
-                wait = max(0.0, result.retry_at - time.time())
-                retry[incident_id] = time.monotonic() + wait - DECIDE_DELAY
-        self._pending.update(retry)
         return restart, escalated
+
+    async def _step(self, incident_id: int) -> StepResult:
+        """One step of one incident, inside its trace; a step that meets a cooldown is decided
+        again once it is over. The caller holds the lock."""
+        try:
+            with self.telemetry.incident_context(incident_id):
+                result = await self.remediator.remediate(incident_id)
+        finally:
+            # evidence that arrived while this step ran (a device reset takes seconds)
+            # belongs to the failure being fixed, not to a failure of the fix
+            self._pending.pop(incident_id, None)
+        if result.retry_at is not None:
+            wait = max(0.0, result.retry_at - time.time())
+            self._pending[incident_id] = time.monotonic() + wait - DECIDE_DELAY
+        return result
 
     async def _requested_step(self, incident_id: int) -> StepResult:
         """The next step of an incident because an operator asked (the policy still decides)."""
         async with self._lock:
-            self._pending.pop(incident_id, None)
-            result = await self.remediator.remediate(incident_id)
+            result = await self._step(incident_id)
         if result.restart and self.supervisor is not None:
             await self.supervisor.restart("restarting the server to apply the remediation")
         return result

@@ -87,8 +87,7 @@ class RequestRunner:
         except KeyError:
             return False, f"no incident #{req.incident_id}"
         if req.kind == "ack":
-            self.store.update_incident(inc.id, acknowledged=True)
-            Policy(self.store, self.config, self.clock).acknowledge(inc.category.value)
+            Policy(self.store, self.config, self.clock).acknowledge_incident(inc.id)
             return (
                 True,
                 f"incident #{inc.id} acknowledged; the {inc.category.value} breaker re-arms",

@@ -291,19 +291,43 @@ async def restart(ctx: Context, inc: Incident, params: dict[str, Any], ev: Evide
     return Done(Outcome.OK, "restart the server", {}, restart=True)
 
 
+def failed_device(
+    ctx: Context, inc: Incident, params: Mapping[str, Any], ev: Evidence
+) -> int | None:
+    """The device a reset is for: the step's ``device`` parameter, else the evidence, else the
+    incident's subject (``npu3``), else the server's only device; None when nothing says."""
+    device = _int(params.get("device")) if "device" in params else None
+    if device is None:
+        device = _int(ev.captures.get("device"))
+    if device is None and inc.subject.startswith("npu"):
+        device = _int(inc.subject[3:].split(".")[0])
+    if device is None:
+        devices = ctx.spec().devices(ctx.base_env)
+        device = devices[0] if len(devices) == 1 else None
+    return device
+
+
+def reset_command(device: int | None, chip: int = 0) -> list[str]:
+    """The npu-smi command that resets a device (``N`` where the device is not known)."""
+    return [
+        "npu-smi",
+        "set",
+        "-t",
+        "reset",
+        "-i",
+        "N" if device is None else str(device),
+        "-c",
+        str(chip),
+    ]
+
+
 async def reset_device(ctx: Context, inc: Incident, params: dict[str, Any], ev: Evidence) -> Done:
     """``npu-smi set -t reset -i N -c 0`` on this server's faulty device, then check its health."""
     from ascend_doctor.collectors.npu_smi import parse_info, parse_pairs, run_npu_smi
 
     spec = ctx.spec()
     devices = spec.devices(ctx.base_env)
-    device = _int(params.get("device")) if "device" in params else None
-    if device is None:
-        device = _int(ev.captures.get("device"))
-    if device is None and inc.subject.startswith("npu"):
-        device = _int(inc.subject[3:].split(".")[0])
-    if device is None and len(devices) == 1:
-        device = devices[0]
+    device = failed_device(ctx, inc, params, ev)
     if device is None:
         return Done(Outcome.REFUSED, "the evidence does not say which device failed")
     chip = 0
@@ -329,8 +353,8 @@ async def reset_device(ctx: Context, inc: Incident, params: dict[str, Any], ev: 
         pids = ", ".join(f"pid {h.pid} ({h.name})" for h in holders)
         p["holders"] = [h.pid for h in holders]
         return Done(Outcome.REFUSED, f"reset refused: {pids} holds device {device}", p)
-    argv = ["set", "-t", "reset", "-i", str(device), "-c", str(chip)]
-    p["command"] = ["npu-smi", *argv]
+    p["command"] = reset_command(device, chip)
+    argv = p["command"][1:]
     try:
         res = await run_npu_smi(binary, argv, timeout=ctx.config.command_timeout)
     except CollectorError as exc:
@@ -424,4 +448,6 @@ __all__ = [
     "Done",
     "Evidence",
     "describe_override",
+    "failed_device",
+    "reset_command",
 ]

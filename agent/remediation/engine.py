@@ -8,6 +8,7 @@ bounded per incident; when steps or attempts run out the incident is escalated.
 from __future__ import annotations
 
 import logging
+import shlex
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,8 @@ from ascend_doctor.agent.remediation.actions import (
     Done,
     Evidence,
     describe_override,
+    failed_device,
+    reset_command,
 )
 from ascend_doctor.agent.remediation.policy import Policy
 from ascend_doctor.core.events import (
@@ -83,10 +86,10 @@ class Remediator:
         if set(names) & DESTRUCTIVE and "collect_diagnostics" not in names:
             # what the device and the logs said, kept before anything is reset
             step = (PlannedAction("collect_diagnostics"), *step)
-        acting = cfg.mode == "auto" and not cfg.dry_run
+        acting = self._passive_mode() is None
         evidence = self._evidence(inc)
         if acting:
-            wait = self.policy.cooldown([_cooldown_key(p.name, inc, evidence) for p in step])
+            wait = self.policy.cooldown([self._cooldown_key(p, inc, evidence) for p in step])
             if wait is not None:
                 name, seconds = wait
                 self._record(
@@ -111,7 +114,7 @@ class Remediator:
                 store.update_incident(inc.id, step=inc.step + 1, attempts=inc.attempts + 1)
                 return self._escalate(store.incident(inc.id), f"{planned.name}: {done.reason}")
             restart = restart or done.restart
-        applied = restart and not cfg.dry_run and cfg.mode == "auto"
+        applied = restart and acting
         store.update_incident(
             inc.id,
             step=inc.step + 1,
@@ -137,13 +140,10 @@ class Remediator:
             )
             self._record(inc, planned.name, done.outcome, done.reason, done.params)
             return done
-        if planned.name == "reset_device" and (
-            self.ctx.config.dry_run or self.ctx.config.mode != "auto"
-        ):
+        mode = self._passive_mode()
+        if planned.name == "reset_device" and mode is not None:
             # A reset acts on the world even to check its preconditions (it stops the server).
-            mode = "dry_run" if self.ctx.config.dry_run else self.ctx.config.mode
-            device = _int_or(ev.captures.get("device", planned.params.get("device", "N")))
-            command = f"npu-smi set -t reset -i {device} -c 0"
+            command = shlex.join(reset_command(failed_device(self.ctx, inc, planned.params, ev)))
             done = Done(
                 _passive(mode),
                 f"{mode}: would reset the device ({command}) once the server is stopped and"
@@ -157,10 +157,7 @@ class Remediator:
         except Exception as exc:  # an action's bug must not stop the daemon
             log.exception("action %s failed", planned.name)
             done = Done(Outcome.FAILED, f"{type(exc).__name__}: {exc}")
-        if done.outcome == Outcome.OK and (
-            self.ctx.config.dry_run or self.ctx.config.mode != "auto"
-        ):
-            mode = "dry_run" if self.ctx.config.dry_run else self.ctx.config.mode
+        if done.outcome == Outcome.OK and mode is not None:
             if done.override is not None:
                 change = describe_override(*done.override)
                 done = Done(
@@ -171,7 +168,7 @@ class Remediator:
             else:
                 done = Done(_passive(mode), f"{mode}: would {done.reason}", done.params)
         elif done.outcome == Outcome.OK:
-            self.policy.ran(_cooldown_key(planned.name, inc, ev))
+            self.policy.ran(self._cooldown_key(planned, inc, ev))
             if done.override is not None:
                 key, kind, value = done.override
                 self.ctx.store.set_override(key, kind, value, inc.id)
@@ -205,17 +202,14 @@ class Remediator:
             )
         elif planned.name == "restart" and self.ctx.can_restart:
             done = await action(self.ctx, inc, params, ev)
-            if done.outcome == Outcome.OK and (
-                self.ctx.config.dry_run or self.ctx.config.mode != "auto"
-            ):
-                mode = "dry_run" if self.ctx.config.dry_run else self.ctx.config.mode
+            mode = self._passive_mode()
+            if done.outcome == Outcome.OK and mode is not None:
                 done = Done(_passive(mode), f"{mode}: would run the restart command")
             elif done.outcome == Outcome.OK:
-                self.policy.ran(planned.name)
+                self.policy.ran(self._cooldown_key(planned, inc, ev))
                 done = Done(Outcome.OK, "restart through the restart command", {}, restart=True)
         elif planned.name == "reset_device":
-            device = _int_or(ev.captures.get("device", params.get("device", "N")))
-            command = f"npu-smi set -t reset -i {device} -c 0"
+            command = shlex.join(reset_command(failed_device(self.ctx, inc, params, ev)))
             done = Done(
                 Outcome.SUGGESTED,
                 "attach mode: the doctor cannot stop a server it does not own; stop it, check"
@@ -230,6 +224,20 @@ class Remediator:
             )
         self._record(inc, planned.name, done.outcome, done.reason, done.params)
         return done
+
+    def _passive_mode(self) -> str | None:
+        """``dry_run`` or ``suggest`` when decisions are only recorded, None when they act."""
+        if self.ctx.config.dry_run:
+            return "dry_run"
+        return None if self.ctx.config.mode == "auto" else self.ctx.config.mode
+
+    def _cooldown_key(self, planned: PlannedAction, inc: Incident, ev: Evidence) -> str:
+        """What a cooldown is kept for: the action, and for a device reset the device
+        (resetting card 3 says nothing about when card 6 may be reset)."""
+        if planned.name != "reset_device":
+            return planned.name
+        device = failed_device(self.ctx, inc, planned.params, ev)
+        return planned.name if device is None else f"reset_device:npu{device}"
 
     def _launch_changes(self) -> dict[str, Any]:
         overrides = self.ctx.store.overrides()
@@ -283,23 +291,6 @@ class Remediator:
         result = ActionResult(name, params, outcome, reason, self.ctx.clock())
         self.ctx.store.add_action(inc.id, result)
         log.warning("incident %d: %s %s: %s", inc.id, name, outcome.value, reason)
-
-
-def _cooldown_key(action: str, inc: Incident, ev: Evidence) -> str:
-    """What a cooldown is kept for: the action, and for a device reset the device (resetting
-    card 3 says nothing about when card 6 may be reset)."""
-    if action != "reset_device":
-        return action
-    device = ev.captures.get("device") or (
-        inc.subject[3:].split(".")[0] if inc.subject.startswith("npu") else ""
-    )
-    return f"reset_device:npu{device}" if device.isdigit() else action
-
-
-def _int_or(text: object) -> str:
-    """A device id fit for a suggested command line: digits only, else ``N``."""
-    value = str(text)
-    return value if value.isdigit() else "N"
 
 
 def _passive(mode: str) -> Outcome:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ascend_doctor.core.config import RemediationConfig
+from ascend_doctor.core.events import Incident
 from ascend_doctor.core.store import Store
 
 HISTORY = "remediation.history"
@@ -87,8 +88,7 @@ class Policy:
 
     def cooldown(self, actions: list[str]) -> tuple[str, float] | None:
         """The first of ``actions`` still cooling down and the seconds left, or None."""
-        last = self.store.meta(LAST_RUN)
-        last = last if isinstance(last, dict) else {}
+        last = self._last_run()
         now = self.clock()
         for name in actions:
             if name in NO_COOLDOWN or not isinstance(last.get(name), int | float):
@@ -98,6 +98,10 @@ class Policy:
                 return name, left
         return None
 
+    def _last_run(self) -> dict[str, Any]:
+        last = self.store.meta(LAST_RUN)
+        return last if isinstance(last, dict) else {}
+
     def _period(self, action: str) -> float:
         if action.split(":", 1)[0] == "reset_device":
             return self.config.reset_cooldown
@@ -105,8 +109,7 @@ class Policy:
 
     def ran(self, action: str) -> None:
         """An action acted: its cooldown starts now."""
-        last = self.store.meta(LAST_RUN)
-        last = last if isinstance(last, dict) else {}
+        last = self._last_run()
         self.store.set_meta(LAST_RUN, {**last, action: self.clock()})
 
     def remaining(self) -> dict[str, Any]:
@@ -125,8 +128,7 @@ class Policy:
             n = sum(1 for e in history if e["category"] == category and e["at"] > since)
             if n >= self.config.breaker_count:
                 tripped.append(category)
-        last = self.store.meta(LAST_RUN)
-        last = last if isinstance(last, dict) else {}
+        last = self._last_run()
         cooling = {}
         for name, at in last.items():
             if name in NO_COOLDOWN or not isinstance(at, int | float):
@@ -140,6 +142,12 @@ class Policy:
             "breakers_tripped": tripped,
             "cooling_down_s": cooling,
         }
+
+    def acknowledge_incident(self, incident_id: int) -> Incident:
+        """An operator saw this incident: mark it, and re-arm its category's breaker."""
+        inc = self.store.update_incident(incident_id, acknowledged=True)
+        self.acknowledge(inc.category.value)
+        return inc
 
     def acknowledge(self, category: str) -> None:
         """An operator looked at this category: the breaker re-arms."""
