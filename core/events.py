@@ -51,6 +51,18 @@ class Category(StrEnum):
     PORT_IN_USE = "port_in_use"
     SERVER_HANG = "server_hang"
     MODEL_CONFIG_ERROR = "model_config_error"
+    # Failures seen without a rule's words: an error nothing explains (a template-clustered
+    # finding that never triggers remediation), a server exit nothing explains, the host's
+    # OOM killer ending a server process.
+    UNRECOGNISED = "unrecognised"
+    SERVER_CRASHED = "server_crashed"
+    HOST_OOM = "host_oom"
+    # Failures that look healthy (/health 200): no answer to a canary with nothing running,
+    # garbled output, memory that grows towards an OOM, latency far above its own baseline.
+    SERVER_UNRESPONSIVE = "server_unresponsive"
+    OUTPUT_CORRUPT = "output_corrupt"
+    MEMORY_CREEP = "memory_creep"
+    PERFORMANCE_REGRESSION = "performance_regression"
 
 
 class ProcessState(StrEnum):
