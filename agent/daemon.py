@@ -22,7 +22,7 @@ from ascend_doctor.agent.attach import AttachedServer, AttachSpec, process_spec
 from ascend_doctor.agent.incidents import IncidentManager
 from ascend_doctor.agent.launch import LaunchSpec
 from ascend_doctor.agent.remediation import Context, Remediator
-from ascend_doctor.agent.remediation.engine import StepResult
+from ascend_doctor.agent.remediation.remediator import StepResult
 from ascend_doctor.agent.requests import RequestRunner
 from ascend_doctor.agent.supervisor import ExitDecision, Supervisor, http_probe
 from ascend_doctor.agent.telemetry import Telemetry
@@ -554,7 +554,7 @@ class Daemon:
 
     async def _capture_profile(self) -> dict[str, Any]:
         """Record a torch profile of the running server (the capture_profile action)."""
-        from ascend_doctor.agent.profile import torch_capture
+        from ascend_doctor.agent.profiling import torch_capture
 
         prof = self.config.profiling
         if self.base_spec is None or not prof.enabled:

@@ -18,8 +18,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ascend_doctor.agent.remediation.engine import StepResult
 from ascend_doctor.agent.remediation.policy import Policy
+from ascend_doctor.agent.remediation.remediator import StepResult
 from ascend_doctor.core.config import RemediationConfig
 from ascend_doctor.core.store import Request, Store
 

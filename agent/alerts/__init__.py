@@ -59,7 +59,7 @@ from __future__ import annotations
 from . import alertmanager, command, pagerduty, slack, webhook
 from .base import SINKS, Sink
 from .delivery import STATUS_META, Deliverer, TokenBucket
-from .engine import AlertEngine, build_sinks
+from .listener import AlertEngine, build_sinks
 from .model import SCHEMA, Alert, Delivery, Kind
 
 SINK_MODULES = (alertmanager, command, pagerduty, slack, webhook)

@@ -25,7 +25,7 @@ from ascend_doctor.core.events import Incident, IncidentState
 from ascend_doctor.core.store import AlertRow
 
 from .base import Sink
-from .engine import LIVE, AlertEngine
+from .listener import LIVE, AlertEngine
 from .model import Alert, Delivery, Kind
 from .routing import silenced_by
 

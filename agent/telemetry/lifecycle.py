@@ -22,7 +22,7 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Span, Status, StatusCode, Tracer
 
-from ascend_doctor.agent.telemetry.incidents import ns
+from ascend_doctor.agent.telemetry.incident_traces import ns
 
 MAX_READ = 1 << 20  # bytes of start-up output read for the phases (it is ~10 KB)
 _STAMP = re.compile(

@@ -89,7 +89,7 @@ async def test_vllm_collector_on_the_simulated_server(tmp_path: Path) -> None:
 
     import httpx
 
-    from ascend_doctor.agent.demo import free_port
+    from ascend_doctor.cli.demo import free_port
     from ascend_doctor.collectors.vllm import VllmCollector
 
     host = SimHost.create(tmp_path / "host", load_seconds=0.1)

@@ -13,8 +13,9 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
-from ascend_doctor.agent.demo import free_port
-from ascend_doctor.agent.profile import ARTIFACTS_KEY, MSPROF_KIND, TORCH_KIND, profile
+from ascend_doctor.agent.profiling import ARTIFACTS_KEY, MSPROF_KIND, TORCH_KIND
+from ascend_doctor.cli.demo import free_port
+from ascend_doctor.cli.profile import profile
 from ascend_doctor.core.store import Store
 from ascend_doctor.sim.host import SimHost
 

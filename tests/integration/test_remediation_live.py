@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from ascend_doctor.agent.demo import free_port
+from ascend_doctor.cli.demo import free_port
 from ascend_doctor.core.store import Store
 from ascend_doctor.sim.host import SimHost
 from tests.conftest import alive, poll, read_store

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from ascend_doctor.agent.demo import free_port
+from ascend_doctor.cli.demo import free_port
 from ascend_doctor.core.store import Store
 from ascend_doctor.sim.host import SimHost
 from tests.conftest import poll, read_store

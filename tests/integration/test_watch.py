@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ascend_doctor.agent.demo import free_port
+from ascend_doctor.cli.demo import free_port
 from ascend_doctor.sim.host import SimHost
 from tests.conftest import alive, poll, read_store
 

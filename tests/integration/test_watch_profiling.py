@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from ascend_doctor.agent.daemon import Daemon
-from ascend_doctor.agent.demo import free_port
 from ascend_doctor.agent.launch import LaunchSpec
+from ascend_doctor.cli.demo import free_port
 from ascend_doctor.core.config import (
     CollectorsConfig,
     Config,

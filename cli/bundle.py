@@ -211,7 +211,7 @@ def _overlaps(incident: dict[str, Any], cutoff: float) -> bool:
 
 def store_members(state_dir: Path, cutoff: float | None) -> list[tuple[str, bytes]]:
     """The store's state as JSON members under ``store/``; a missing store becomes a note."""
-    from ascend_doctor.agent.cli import incident_dicts  # the CLI imports this module
+    from ascend_doctor.cli.views import incident_dicts
 
     try:
         store = Store.in_dir(state_dir, readonly=True)
@@ -297,7 +297,7 @@ def add_config(b: Builder, config_path: Path | None) -> None:
 
 def preflight(state_dir: Path, npu_smi: str | None) -> Any:
     """``ascend-doctor check --json`` of this host, or why it could not run."""
-    from ascend_doctor.agent.check import CheckOptions, run_checks
+    from ascend_doctor.cli.check import CheckOptions, run_checks
 
     try:
         return run_checks(CheckOptions(npu_smi=npu_smi, state_dir=state_dir)).to_json()

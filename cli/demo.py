@@ -17,9 +17,10 @@ from typing import Any
 
 import click
 
-from ascend_doctor.agent.cli import incident_dicts, setup_logging
 from ascend_doctor.agent.daemon import Daemon
 from ascend_doctor.agent.launch import LaunchSpec
+from ascend_doctor.cli.common import setup_logging
+from ascend_doctor.cli.views import incident_dicts
 from ascend_doctor.core.config import Config
 from ascend_doctor.core.errors import ConfigError
 from ascend_doctor.core.events import IncidentState

@@ -13,28 +13,10 @@ import click
 
 from ascend_doctor.agent.launch import LaunchSpec
 from ascend_doctor.agent.remediation.policy import Policy
-from ascend_doctor.core.config import RemediationConfig, default_state_dir
-from ascend_doctor.core.errors import DoctorError
+from ascend_doctor.cli.common import open_store, state_dir_option
+from ascend_doctor.core.config import RemediationConfig
 from ascend_doctor.core.events import IncidentState
-from ascend_doctor.core.store import STORE_NAME, Store
-
-state_dir_option = click.option(
-    "--state-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="The doctor's state dir.",
-)
-
-
-def open_store(state_dir: Path | None, *, write: bool = False) -> Store:
-    """The store of a state dir for a CLI command; a one-line error when there is none."""
-    d = state_dir or default_state_dir()
-    if not (d / STORE_NAME).exists():
-        raise click.ClickException(f"{d / STORE_NAME}: no store here (has the doctor run?)")
-    try:
-        return Store.in_dir(d, readonly=not write)
-    except DoctorError as exc:
-        raise click.ClickException(str(exc)) from None
+from ascend_doctor.core.store import Store
 
 
 def status_dict(store: Store) -> dict[str, Any]:
@@ -193,4 +175,4 @@ def ack(incident_id: int, state_dir: Path | None) -> None:
     click.echo(f"incident #{incident_id} acknowledged")
 
 
-__all__ = ["ack", "open_store", "overrides_group", "status", "status_dict"]
+__all__ = ["ack", "overrides_group", "status", "status_dict"]

@@ -139,7 +139,7 @@ def _print_finding(f: Any, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per finding per line.")
 def findings(state_dir: Path | None, as_json: bool) -> None:
     """The stored findings, oldest first."""
-    from ascend_doctor.agent.cli_state import open_store
+    from ascend_doctor.cli.common import open_store
 
     store = open_store(state_dir)
     rows = store.findings()

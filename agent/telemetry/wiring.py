@@ -22,7 +22,7 @@ from ascend_doctor.agent.telemetry.export import (
     span_exporter,
 )
 from ascend_doctor.agent.telemetry.http import HttpServer, Request, Response, parse_address
-from ascend_doctor.agent.telemetry.incidents import FixedIds, IncidentTracer
+from ascend_doctor.agent.telemetry.incident_traces import FixedIds, IncidentTracer
 from ascend_doctor.agent.telemetry.lifecycle import LifecycleTracer
 from ascend_doctor.agent.telemetry.metrics import DoctorMetrics
 from ascend_doctor.agent.telemetry.receiver import Receiver, summary
