@@ -22,6 +22,13 @@ class RuleError(DoctorError):
 class CollectorError(DoctorError):
     """A collector failed to run or to parse what it read."""
 
+    def __init__(self, message: str, *, raw: str = "", evidence: str = "") -> None:
+        super().__init__(message)
+        self.raw = raw
+        """What the source printed, kept for whoever debugs the parser."""
+        self.evidence = evidence
+        """Text for the rules to read (a dcmi error line), '' when there is none."""
+
 
 class SupervisorError(DoctorError):
     """The supervised server could not be started or stopped."""

@@ -86,6 +86,10 @@ class IncidentState(StrEnum):
     ESCALATED = "escalated"
 
 
+ACTIVE_STATES = (IncidentState.OPEN, IncidentState.MITIGATING)
+"""The states of an incident still being dealt with (by the doctor or a human)."""
+
+
 class Outcome(StrEnum):
     """What became of one remediation decision."""
 
@@ -259,9 +263,13 @@ class Incident:
     """Remediation attempts made."""
     acknowledged: bool = False
     """An operator acknowledged it."""
+    plan: tuple[tuple[PlannedAction, ...], ...] = ()
+    """The remediation plan of its root finding: ordered steps, each actions applied
+    together (the root rule's ``remediation``, fixed when the root is known)."""
 
 
 __all__ = [
+    "ACTIVE_STATES",
     "ActionResult",
     "Category",
     "Finding",

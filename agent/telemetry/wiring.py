@@ -29,7 +29,7 @@ from ascend_doctor.agent.telemetry.receiver import Receiver, summary
 from ascend_doctor.agent.telemetry.resource import build_resource
 from ascend_doctor.core.config import Config
 from ascend_doctor.core.errors import ConfigError
-from ascend_doctor.core.events import ActionResult, Finding, Incident, Sample
+from ascend_doctor.core.events import ActionResult, Finding, Incident, ProcessEvent, Sample
 from ascend_doctor.core.store import Store, StoreListener
 
 log = logging.getLogger(__name__)
@@ -268,7 +268,7 @@ class Telemetry(StoreListener):
         self.metrics.action(result)
         self.incidents.action_added(incident_id, result)
 
-    def process_event(self, event: dict[str, Any]) -> None:
+    def process_event(self, event: ProcessEvent) -> None:
         """The supervisor changed state."""
         self._build()
         self.lifecycle.process_event(event)
