@@ -36,7 +36,7 @@ import click
 
 from ascend_doctor import __version__
 from ascend_doctor.core.config import default_state_dir
-from ascend_doctor.core.errors import CollectorError, DoctorError
+from ascend_doctor.core.errors import CollectorError, ConfigError, DoctorError
 from ascend_doctor.core.store import STORE_NAME, Store
 
 MB = 1024 * 1024
@@ -55,7 +55,7 @@ def parse_since(text: str) -> float:
     """``30m``, ``2h``, ``1d`` (or ``45s``) as seconds; ValueError otherwise."""
     m = _SINCE.match(text)
     if not m:
-        raise ValueError(f"'{text}': expected a number and a unit s, m, h or d (e.g. 2h)")
+        raise ConfigError(f"'{text}': expected a number and a unit s, m, h or d (e.g. 2h)")
     return float(m.group(1)) * _UNIT[m.group(2).lower()]
 
 
@@ -470,7 +470,7 @@ def bundle(
     """Pack incidents, findings, log tails, npu-smi output and versions for offline debugging."""
     try:
         seconds = parse_since(since) if since is not None else None
-    except ValueError as exc:
+    except ConfigError as exc:
         raise click.BadParameter(str(exc), param_hint="--since") from None
     state = state_dir if state_dir is not None else default_state_dir()
     if not state.is_dir():

@@ -43,7 +43,11 @@ class StoreError(DoctorError):
 
 
 class AlertError(DoctorError):
-    """An alert could not be delivered."""
+    """An alert could not be delivered, or names a sink that does not exist."""
+
+
+class TelemetryError(DoctorError):
+    """A telemetry payload could not be read, or an export failed."""
 
 
 __all__ = [
@@ -55,4 +59,5 @@ __all__ = [
     "RuleError",
     "StoreError",
     "SupervisorError",
+    "TelemetryError",
 ]

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 from typing import Any
 
+from ascend_doctor.core.errors import ConfigError
+
 
 class Severity(IntEnum):
     """How bad a finding is; ordered so that ``max()`` picks the worst."""
@@ -26,11 +28,12 @@ class Severity(IntEnum):
 
     @classmethod
     def parse(cls, text: str) -> Severity:
-        """Parse ``info|warning|error|critical``; raises ValueError otherwise."""
+        """Parse ``info|warning|error|critical``; raises ConfigError otherwise."""
         try:
             return cls[text.upper()]
         except KeyError:
-            raise ValueError(f"expected one of {', '.join(s.label for s in cls)}") from None
+            choices = ", ".join(s.label for s in cls)
+            raise ConfigError(f"{text!r}: expected one of {choices}") from None
 
 
 class Category(StrEnum):

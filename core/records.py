@@ -180,7 +180,7 @@ def decode(cls: type[R], raw: Any, key: str) -> R:
     """``raw`` as a ``cls`` record; a StoreError naming ``key`` when it is not one."""
     try:
         return typing.cast(R, _value(cls, raw))
-    except (TypeError, ValueError, KeyError) as exc:
+    except (StoreError, ValueError) as exc:  # ValueError: an enum value it does not know
         raise StoreError(
             f"store record '{key}' is not a {cls.__name__}: {exc} ({str(raw)[:80]!r})"
         ) from None
@@ -196,12 +196,12 @@ def _value(tp: Any, raw: Any) -> Any:
         return _value(inner[0], raw)
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
         if not isinstance(raw, dict):
-            raise TypeError(f"expected an object for {tp.__name__}")
+            raise StoreError(f"expected an object for {tp.__name__}")
         hints = get_type_hints(tp)
         known = {f.name for f in dataclasses.fields(tp)}
         extra = set(raw) - known
         if extra:
-            raise KeyError(f"unknown fields {sorted(extra)}")
+            raise StoreError(f"unknown fields {sorted(extra)}")
         return tp(**{k: _value(hints[k], v) for k, v in raw.items()})
     if origin is tuple:
         return tuple(_value(get_args(tp)[0], v) for v in _list(raw))
@@ -209,27 +209,27 @@ def _value(tp: Any, raw: Any) -> Any:
         return [_value(get_args(tp)[0], v) for v in _list(raw)]
     if origin is dict:
         if not isinstance(raw, dict):
-            raise TypeError("expected an object")
+            raise StoreError("expected an object")
         kt, vt = get_args(tp)
         return {_value(kt, k): _value(vt, v) for k, v in raw.items()}
     if isinstance(tp, type) and issubclass(tp, Enum):
         return tp(raw)
     if tp is float:
         if isinstance(raw, bool) or not isinstance(raw, int | float):
-            raise TypeError(f"expected a number, got {type(raw).__name__}")
+            raise StoreError(f"expected a number, got {type(raw).__name__}")
         return float(raw)
     if tp in (int, str, bool):
         if not isinstance(raw, tp) or (tp is int and isinstance(raw, bool)):
-            raise TypeError(f"expected {tp.__name__}, got {type(raw).__name__}")
+            raise StoreError(f"expected {tp.__name__}, got {type(raw).__name__}")
         return raw
     if tp is Any:
         return raw
-    raise TypeError(f"cannot decode {tp!r}")
+    raise StoreError(f"cannot decode {tp!r}")
 
 
 def _list(raw: Any) -> list[Any]:
     if not isinstance(raw, list | tuple):
-        raise TypeError("expected a list")
+        raise StoreError("expected a list")
     return list(raw)
 
 

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from ascend_doctor.core.config import AlertsConfig
-from ascend_doctor.core.errors import ConfigError
+from ascend_doctor.core.errors import AlertError, ConfigError
 from ascend_doctor.core.events import (
     ACTIVE_STATES,
     ActionResult,
@@ -92,11 +92,11 @@ class AlertListener(StoreListener):
             self._explain.update({r.id: r.explain for r in rules.thresholds})
 
     def sink(self, name: str) -> Sink:
-        """A sink by name; KeyError when none."""
+        """A sink by name; AlertError when none."""
         for s in self.sinks:
             if s.name == name:
                 return s
-        raise KeyError(name)
+        raise AlertError(f"no alert sink named {name!r}")
 
     # -- store listener ------------------------------------------------------------------------
 

@@ -28,7 +28,6 @@ from ascend_doctor.agent.telemetry.metrics import DoctorMetrics
 from ascend_doctor.agent.telemetry.receiver import Receiver, summary
 from ascend_doctor.agent.telemetry.resource import build_resource
 from ascend_doctor.core.config import Config
-from ascend_doctor.core.errors import ConfigError
 from ascend_doctor.core.events import ActionResult, Finding, Incident, ProcessEvent, Sample
 from ascend_doctor.core.store import Store, StoreListener
 
@@ -48,12 +47,9 @@ class Telemetry(StoreListener):
         npu_smi: str | None = None,
     ) -> None:
         tc, tr = config.telemetry, config.tracing
-        try:
-            prom, recv = tc.prometheus_address, tr.receiver_address
-            self.prometheus_at = parse_address(prom, "telemetry.prometheus_address")
-            self.receiver_at = parse_address(recv, "tracing.receiver_address")
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
+        prom, recv = tc.prometheus_address, tr.receiver_address
+        self.prometheus_at = parse_address(prom, "telemetry.prometheus_address")
+        self.receiver_at = parse_address(recv, "tracing.receiver_address")
         self.config = config
         self.store = store
         self.endpoint = resolve_endpoint(tc)
