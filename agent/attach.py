@@ -23,12 +23,12 @@ from urllib.parse import urlsplit
 
 import psutil
 
-from ascend_doctor.agent.launch import LaunchSpec
 from ascend_doctor.agent.supervisor import ExitDecision, Probe, Sleep
 from ascend_doctor.core.config import ServerConfig
 from ascend_doctor.core.errors import ConfigError
 from ascend_doctor.core.events import ProcessEvent, ProcessState
-from ascend_doctor.core.procs import pid_alive
+from ascend_doctor.core.launch import LaunchSpec
+from ascend_doctor.core.procs import listening_pid, pid_alive
 
 log = logging.getLogger(__name__)
 
@@ -83,18 +83,6 @@ def process_spec(pid: int | None) -> LaunchSpec:
     except psutil.Error:
         return LaunchSpec(())
     return LaunchSpec(argv, dict(env))
-
-
-def listening_pid(port: int) -> int | None:
-    """The PID listening on ``port`` on this host, when this user may see it."""
-    try:
-        conns = psutil.net_connections(kind="tcp")
-    except (psutil.Error, OSError):
-        return None
-    for c in conns:
-        if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid:
-            return int(c.pid)
-    return None
 
 
 class AttachedServer:
@@ -264,4 +252,4 @@ class AttachedServer:
         return event
 
 
-__all__ = ["AttachSpec", "AttachedServer", "listening_pid", "process_spec"]
+__all__ = ["AttachSpec", "AttachedServer", "process_spec"]

@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
-from ascend_doctor.collectors import Collector, CollectorSpec
+from ascend_doctor.collectors import REGISTRY, Collector, CollectorContext, CollectorSpec
 from ascend_doctor.core.errors import CollectorError
 from ascend_doctor.core.events import Sample
 from ascend_doctor.core.records import CollectorStatus
@@ -93,4 +93,40 @@ class CollectorRunner:
         self.store.set_collector(st)
 
 
-__all__ = ["CollectorRunner"]
+def build_runners(
+    ctx: CollectorContext,
+    store: Store,
+    *,
+    watched: bool,
+    running: Callable[[], bool],
+    on_samples: Callable[[Sequence[Sample]], None],
+    on_evidence: Callable[[str, str], None],
+    on_run: Callable[[str, float, bool], None],
+) -> list[CollectorRunner]:
+    """A runner for every registered collector its config enables (the ones that need a
+    server only when one is ``watched``; the ones that ask the server only while it is
+    ``running``)."""
+    runners = []
+    for spec in REGISTRY.values():
+        if not spec.enabled(ctx.config) or (spec.needs_server and not watched):
+            continue
+        runners.append(
+            CollectorRunner(
+                spec,
+                spec.build(ctx),
+                store,
+                interval=spec.interval(ctx.config),
+                active=running if spec.while_running else _always,
+                on_samples=on_samples,
+                on_evidence=on_evidence,
+                on_run=on_run,
+            )
+        )
+    return runners
+
+
+def _always() -> bool:
+    return True
+
+
+__all__ = ["CollectorRunner", "build_runners"]

@@ -23,10 +23,9 @@ from pathlib import Path
 
 from ascend_doctor.agent.alerts import AlertListener, Deliverer
 from ascend_doctor.agent.attach import AttachedServer, AttachSpec, process_spec
-from ascend_doctor.agent.collection import CollectorRunner
+from ascend_doctor.agent.collection import CollectorRunner, build_runners
 from ascend_doctor.agent.decider import Decider
 from ascend_doctor.agent.incidents import IncidentManager
-from ascend_doctor.agent.launch import LaunchSpec, server_spec
 from ascend_doctor.agent.logwatch import LogWatch, log_sources
 from ascend_doctor.agent.profiling import ServerProfiler
 from ascend_doctor.agent.remediation import Context, HostTools, Remediator, StepResult
@@ -35,9 +34,10 @@ from ascend_doctor.agent.server import ServerHandle
 from ascend_doctor.agent.supervisor import ExitDecision, Supervisor, http_probe
 from ascend_doctor.agent.telemetry import Telemetry
 from ascend_doctor.agent.verify import Verifier
-from ascend_doctor.collectors import REGISTRY, CollectorContext
+from ascend_doctor.collectors import CollectorContext
 from ascend_doctor.core.config import Config
 from ascend_doctor.core.events import Finding, ProcessEvent, ProcessState, Sample
+from ascend_doctor.core.launch import LaunchSpec, server_spec
 from ascend_doctor.core.procs import process_start
 from ascend_doctor.core.records import DoctorStatus, LaunchRecord, ProfilingSetup, ServerStatus
 from ascend_doctor.core.store import Store
@@ -211,23 +211,15 @@ class Daemon:
         ctx = CollectorContext(
             cfg, self.server_url, lambda: self.server.pid, self._npu_smi_binary()
         )
-        runners = []
-        for spec in REGISTRY.values():
-            if not spec.enabled(cfg) or (spec.needs_server and self.server.process is None):
-                continue
-            runners.append(
-                CollectorRunner(
-                    spec,
-                    spec.build(ctx),
-                    self.store,
-                    interval=spec.interval(cfg),
-                    active=self._server_running if spec.while_running else _always,
-                    on_samples=self._samples,
-                    on_evidence=self._collector_evidence,
-                    on_run=self.telemetry.collector_run,
-                )
-            )
-        return runners
+        return build_runners(
+            ctx,
+            self.store,
+            watched=self.server.process is not None,
+            running=self._server_running,
+            on_samples=self._samples,
+            on_evidence=self._collector_evidence,
+            on_run=self.telemetry.collector_run,
+        )
 
     # -- run -----------------------------------------------------------------------------------
 
@@ -258,7 +250,15 @@ class Daemon:
         tasks = [
             asyncio.create_task(self.logs.run(), name="tail"),
             asyncio.create_task(self.decider.run(), name="decide"),
-            asyncio.create_task(self._verify_loop(), name="verify"),
+            asyncio.create_task(
+                self.verifier.watch(
+                    lambda: self.server.state == ProcessState.RUNNING,
+                    lambda: self._run_start,
+                    self._verify_wanted,
+                    self.decider.due,
+                ),
+                name="verify",
+            ),
             asyncio.create_task(Deliverer(self.alerts).run(), name="alerts"),
             asyncio.create_task(self.requests.run(), name="requests"),
             *(asyncio.create_task(r.run(), name=r.spec.name) for r in self.collectors),
@@ -340,31 +340,6 @@ class Daemon:
         )
         if event.state == ProcessState.FATAL:
             self._stop.set()  # the server will not run: say so and exit non-zero
-
-    async def _verify_loop(self) -> None:
-        """Once the server has been healthy for the settle window after it became RUNNING,
-        resolve what the last step was mitigating (or make its next step due)."""
-        settle = self.config.remediation.settle_seconds
-        while True:
-            await self._verify_wanted.wait()
-            self._verify_wanted.clear()
-            while self.server.state == ProcessState.RUNNING:
-                left = self._run_start + settle - time.time()
-                if left <= 0:
-                    run = self._run_start
-                    for incident_id in await self.verifier.check(run, lambda: self._run_start):
-                        self.decider.due(incident_id)
-                    if run == self._run_start:
-                        break
-                    continue  # a new run began meanwhile: judge that one
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(left):
-                        await self._verify_wanted.wait()  # a new run restarts the wait
-                self._verify_wanted.clear()
-
-
-def _always() -> bool:
-    return True
 
 
 def _under(state_dir: Path, name: str) -> Path:

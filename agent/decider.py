@@ -103,10 +103,7 @@ class Decider:
     async def on_exit(self) -> ExitDecision:
         """The server exited: every pending incident is decided now, with its last words."""
         self._read_last_words()
-        pending = list(self._since)
-        for incident_id in pending:
-            self._cancel(incident_id)
-        restart, escalated = await self._decide(pending)
+        restart, escalated = await self._decide(list(self._since))
         if restart:
             return ExitDecision.RESTART
         if escalated and self.config.on_escalation == "stop":
@@ -129,6 +126,10 @@ class Decider:
         restart = escalated = False
         async with self._lock:
             for incident_id in ids:
+                if incident_id not in self._since:
+                    # decided while this batch waited for the lock: what made it due came
+                    # during that step and belongs to the failure being fixed
+                    continue
                 self._cancel(incident_id)
                 try:
                     result = await self._one(incident_id)

@@ -8,9 +8,9 @@ from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from ascend_doctor.agent.attach import AttachedServer
-from ascend_doctor.agent.launch import LaunchSpec
 from ascend_doctor.agent.supervisor import Supervisor
 from ascend_doctor.core.events import ProcessState
+from ascend_doctor.core.launch import LaunchSpec
 
 
 class ServerProcess(Protocol):

@@ -23,9 +23,9 @@ from typing import Any, BinaryIO
 
 import httpx
 
-from ascend_doctor.agent.launch import LaunchSpec
 from ascend_doctor.core.config import ServerConfig
 from ascend_doctor.core.events import ProcessEvent, ProcessState
+from ascend_doctor.core.launch import LaunchSpec
 
 log = logging.getLogger(__name__)
 

@@ -6,6 +6,8 @@ not help, and the next one is due. Every verdict is recorded as a ``verify`` dec
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -98,6 +100,34 @@ class Verifier:
         if ok:
             self._probed_run = run_start
         return again
+
+    async def watch(
+        self,
+        running: Callable[[], bool],
+        run_start: Callable[[], float],
+        new_run: asyncio.Event,
+        again: Callable[[int], None],
+    ) -> None:
+        """Until cancelled: once the server has been healthy for the settle window after it
+        became RUNNING (``new_run`` is set then), judge what the last step was mitigating;
+        the incidents whose step did not help go to ``again``."""
+        settle = self.config.settle_seconds
+        while True:
+            await new_run.wait()
+            new_run.clear()
+            while running():
+                left = run_start() + settle - self._clock()
+                if left <= 0:
+                    run = run_start()
+                    for incident_id in await self.check(run, run_start):
+                        again(incident_id)
+                    if run == run_start():
+                        break
+                    continue  # a new run began meanwhile: judge that one
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(left):
+                        await new_run.wait()  # a new run restarts the wait
+                new_run.clear()
 
 
 __all__ = ["Verifier", "completion_probe"]

@@ -16,7 +16,7 @@ import httpx
 from ascend_doctor.agent.alerts import Alert, Delivery, Kind, Sink, build_sinks
 from ascend_doctor.cli.bundle import parse_since
 from ascend_doctor.cli.common import open_store, state_dir_option
-from ascend_doctor.core.config import load_config
+from ascend_doctor.core.config_file import load_config
 from ascend_doctor.core.errors import ConfigError, DoctorError
 from ascend_doctor.core.events import Category
 

@@ -35,15 +35,13 @@ from typing import Any
 import click
 
 from ascend_doctor import __version__
-from ascend_doctor.core.config import default_state_dir
+from ascend_doctor.core.config_file import default_state_dir
 from ascend_doctor.core.errors import CollectorError, ConfigError, DoctorError
+from ascend_doctor.core.redact import REDACTED, is_secret, redact
 from ascend_doctor.core.store import STORE_NAME, Store
 
 MB = 1024 * 1024
 NPU_SMI_TIMEOUT = 10.0
-REDACTED = "<redacted>"
-SECRET_WORDS = ("secret", "token", "key", "password", "url", "header")
-"""A config key (or env var, or ``--flag``) whose name contains one of these is redacted."""
 
 _SINCE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd])\s*$", re.IGNORECASE)
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -52,39 +50,11 @@ _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
 def parse_since(text: str) -> float:
-    """``30m``, ``2h``, ``1d`` (or ``45s``) as seconds; ValueError otherwise."""
+    """``30m``, ``2h``, ``1d`` (or ``45s``) as seconds; ConfigError otherwise."""
     m = _SINCE.match(text)
     if not m:
         raise ConfigError(f"'{text}': expected a number and a unit s, m, h or d (e.g. 2h)")
     return float(m.group(1)) * _UNIT[m.group(2).lower()]
-
-
-def is_secret(name: str) -> bool:
-    """Whether a key, env var or flag name looks like it holds a secret."""
-    lowered = name.lower()
-    return any(word in lowered for word in SECRET_WORDS)
-
-
-def redact(value: Any) -> Any:
-    """A copy of ``value`` with every secret-named key's value replaced; argv lists redact
-    the value after (or ``=`` in) a secret-named ``--flag``."""
-    if isinstance(value, dict):
-        return {k: REDACTED if is_secret(str(k)) else redact(v) for k, v in value.items()}
-    if isinstance(value, list):
-        out: list[Any] = []
-        hide_next = False
-        for item in value:
-            if hide_next:
-                out.append(REDACTED)
-                hide_next = False
-            elif isinstance(item, str) and item.startswith("-") and is_secret(item):
-                flag, eq, _ = item.partition("=")
-                out.append(f"{flag}={REDACTED}" if eq else item)
-                hide_next = not eq
-            else:
-                out.append(redact(item))
-        return out
-    return value
 
 
 def to_toml(data: dict[str, Any]) -> str:

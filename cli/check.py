@@ -24,7 +24,7 @@ from typing import Any
 import click
 
 from ascend_doctor.collectors.npu_smi import NpuInfo, dcmi_error, parse_info, run_npu_smi
-from ascend_doctor.core.config import default_state_dir
+from ascend_doctor.core.config_file import default_state_dir
 from ascend_doctor.core.errors import DoctorError
 
 DRIVER_INFO = "/usr/local/Ascend/driver/version.info"

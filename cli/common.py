@@ -9,7 +9,8 @@ from pathlib import Path
 
 import click
 
-from ascend_doctor.core.config import Config, default_state_dir, load_config
+from ascend_doctor.core.config import Config
+from ascend_doctor.core.config_file import default_state_dir, load_config
 from ascend_doctor.core.errors import DoctorError
 from ascend_doctor.core.store import STORE_NAME, Store
 

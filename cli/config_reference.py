@@ -177,10 +177,10 @@ def toml_value(value: Any) -> str:
 
 def _constraints(dotted: str, meaning: str) -> str:
     extra = []
-    choices = getattr(config_module, "_CHOICES", {}).get(dotted)
+    choices = config_module.CHOICES.get(dotted)
     if choices:
         extra.append("One of: " + ", ".join(f"`{c}`" for c in choices) + ".")
-    if dotted in getattr(config_module, "_POSITIVE", set()):
+    if dotted in config_module.POSITIVE:
         extra.append("Must be greater than 0.")
     return " ".join([meaning, *extra])
 

@@ -18,12 +18,12 @@ from typing import Any
 import click
 
 from ascend_doctor.agent.daemon import Daemon
-from ascend_doctor.agent.launch import LaunchSpec
 from ascend_doctor.cli.common import setup_logging
 from ascend_doctor.cli.views import incident_dicts
 from ascend_doctor.core.config import Config
 from ascend_doctor.core.errors import ConfigError
 from ascend_doctor.core.events import IncidentState
+from ascend_doctor.core.launch import LaunchSpec
 from ascend_doctor.core.store import Store
 from ascend_doctor.rules import load_rules
 from ascend_doctor.sim.driver import drive, prepare

@@ -76,7 +76,7 @@ def watch(
     import dataclasses
 
     from ascend_doctor.agent.attach import AttachSpec
-    from ascend_doctor.agent.launch import LaunchSpec
+    from ascend_doctor.core.launch import LaunchSpec
 
     attached = None
     if attach:

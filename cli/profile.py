@@ -5,16 +5,104 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import click
+import httpx
 
-from ascend_doctor.agent.profiling import MODES, TORCH_KIND, Request, capture, record_artifact
+from ascend_doctor.agent.profiling import (
+    MODES,
+    TORCH_KIND,
+    ProfileError,
+    find_msprof,
+    msprof_capture,
+    record_artifact,
+    torch_capture,
+    torch_start,
+)
 from ascend_doctor.core.errors import DoctorError
 from ascend_doctor.core.records import Artifact
 from ascend_doctor.core.store import Store
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the operator asked for, from the command line."""
+
+    mode: str
+    duration: float
+    url: str
+    profiler_dir: Path | None
+    pid: int | None
+    msprof: str | None
+    output: Path
+    timeout: float
+
+
+async def capture(req: Request) -> tuple[Artifact, str]:
+    """Take one capture as ``req`` says; return the artifact and why this mode was used."""
+    url = req.url.rstrip("/")
+    if req.mode == "torch":
+        if req.profiler_dir is None:
+            raise ProfileError(
+                "torch mode needs --profiler-dir DIR: the torch_profiler_dir the server "
+                "was started with (--profiler-config or VLLM_TORCH_PROFILER_DIR)"
+            )
+        art = await torch_capture(url, req.profiler_dir, req.duration, req.timeout)
+        return art, "torch mode requested"
+    if req.mode == "msprof":
+        return await _msprof(req), "msprof mode requested"
+    return await _auto(req, url)
+
+
+async def _msprof(req: Request) -> Artifact:
+    if req.pid is None:
+        raise ProfileError(
+            "msprof mode needs --pid PID: the server started with PROFILING_MODE=dynamic"
+        )
+    msprof = find_msprof(req.msprof)
+    if msprof is None:
+        raise ProfileError(_no_msprof(req.msprof))
+    return await msprof_capture(msprof, req.pid, req.output, req.duration, req.timeout)
+
+
+def _no_msprof(given: str | None) -> str:
+    if given:
+        return f"msprof '{given}' not found or not executable"
+    return "msprof not found on PATH (source the CANN toolkit's set_env.sh, or pass --msprof)"
+
+
+async def _auto(req: Request, url: str) -> tuple[Artifact, str]:
+    why_not: list[str] = []
+    if req.profiler_dir is None:
+        why_not.append("torch: no --profiler-dir given")
+    else:
+        try:
+            async with httpx.AsyncClient(trust_env=False, timeout=req.timeout) as client:
+                started = await torch_start(client, url)
+        except ProfileError as exc:
+            why_not.append(f"torch: {exc}")
+        else:
+            if started:
+                art = await torch_capture(
+                    url, req.profiler_dir, req.duration, req.timeout, started=True
+                )
+                return art, f"{url}/start_profile answered"
+            why_not.append(
+                f"torch: {url}/start_profile is 404 (server started without --profiler-config)"
+            )
+    if req.pid is None:
+        why_not.append("msprof: no --pid given")
+    elif find_msprof(req.msprof) is None:
+        why_not.append(f"msprof: {_no_msprof(req.msprof)}")
+    else:
+        return await _msprof(req), f"msprof attached to pid {req.pid} ({'; '.join(why_not)})"
+    raise ProfileError("no profiler available; " + "; ".join(why_not))
+
+
+# -- command ---------------------------------------------------------------------------
 
 
 def _show(art: Artifact, why: str) -> None:

@@ -11,12 +11,12 @@ from typing import Any
 import click
 
 from ascend_doctor.agent.incidents import IncidentManager
-from ascend_doctor.agent.launch import LaunchSpec
 from ascend_doctor.agent.remediation.policy import Policy, acknowledge_incident
 from ascend_doctor.cli.common import open_store, state_dir_option
 from ascend_doctor.core.config import IncidentsConfig, RemediationConfig
 from ascend_doctor.core.errors import DoctorError
 from ascend_doctor.core.events import ACTIVE_STATES
+from ascend_doctor.core.launch import LaunchSpec
 from ascend_doctor.core.records import LaunchRecord, encode
 from ascend_doctor.core.store import Store
 

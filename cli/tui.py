@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import click
 
 from ascend_doctor.cli.common import state_dir_option
-from ascend_doctor.core.config import default_state_dir
+from ascend_doctor.core.config_file import default_state_dir
 from ascend_doctor.core.errors import DoctorError
 from ascend_doctor.core.store import STORE_NAME
 

@@ -35,4 +35,16 @@ def same_process(pid: int | None, start: float) -> bool:
     return began is not None and abs(began - start) < 0.05 and pid_alive(pid)
 
 
-__all__ = ["pid_alive", "process_start", "same_process"]
+def listening_pid(port: int) -> int | None:
+    """The PID listening on ``port`` on this host, when this user may see it."""
+    try:
+        conns = psutil.net_connections(kind="tcp")
+    except (psutil.Error, OSError):
+        return None
+    for c in conns:
+        if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid:
+            return int(c.pid)
+    return None
+
+
+__all__ = ["listening_pid", "pid_alive", "process_start", "same_process"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from ascend_doctor.agent.launch import LaunchSpec
+from ascend_doctor.core.launch import LaunchSpec
 
 
 @dataclass

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from ascend_doctor.agent.launch import LaunchSpec
 from ascend_doctor.core.config import RemediationConfig
 from ascend_doctor.core.events import Outcome
+from ascend_doctor.core.launch import LaunchSpec
 from ascend_doctor.core.records import Artifact
 from ascend_doctor.core.store import Store
 

@@ -9,9 +9,10 @@ import pytest
 from alerts_support import alerts_config, sink
 
 from ascend_doctor.agent.alerts import build_sinks
-from ascend_doctor.cli.bundle import REDACTED, redact
-from ascend_doctor.core.config import AlertRouteConfig, load_config
+from ascend_doctor.core.config import AlertRouteConfig
+from ascend_doctor.core.config_file import load_config
 from ascend_doctor.core.errors import ConfigError
+from ascend_doctor.core.redact import REDACTED, redact
 
 EXAMPLE = """\
 [alerts]

@@ -17,7 +17,8 @@ import pytest
 import yaml
 
 from ascend_doctor.agent.logwatch import cann_log_root
-from ascend_doctor.core.config import Config, load_config
+from ascend_doctor.core.config import Config
+from ascend_doctor.core.config_file import load_config
 
 from .test_deploy_systemd import _watch_options
 

@@ -13,7 +13,7 @@ import pytest
 
 from ascend_doctor.agent.logwatch import cann_log_root
 from ascend_doctor.cli.main import main
-from ascend_doctor.core.config import load_config
+from ascend_doctor.core.config_file import load_config
 
 from .units import environment, parse_unit, value, values
 

@@ -14,8 +14,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from ascend_doctor.cli.bundle import REDACTED, bundle, parse_since
+from ascend_doctor.cli.bundle import bundle, parse_since
+from ascend_doctor.core.errors import ConfigError
 from ascend_doctor.core.events import Category, Finding, Role, Severity
+from ascend_doctor.core.redact import REDACTED
 from ascend_doctor.core.store import Store
 
 pytestmark = pytest.mark.integration
@@ -168,5 +170,5 @@ def test_since_parses_units() -> None:
     assert parse_since("30m") == 1800
     assert parse_since("2h") == 7200
     assert parse_since("1d") == 86400
-    with pytest.raises(ValueError):
+    with pytest.raises(ConfigError):
         parse_since("2 weeks")

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from ascend_doctor.agent.daemon import Daemon
-from ascend_doctor.core.config import Config, NpuSmiConfig, load_config
+from ascend_doctor.core.config import Config, NpuSmiConfig
+from ascend_doctor.core.config_file import load_config
 from ascend_doctor.core.store import Store
 from ascend_doctor.rules import load_rules
 from ascend_doctor.sim.host import SimHost

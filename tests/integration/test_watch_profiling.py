@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from ascend_doctor.agent.daemon import Daemon
-from ascend_doctor.agent.launch import LaunchSpec
 from ascend_doctor.cli.demo import free_port
 from ascend_doctor.core.config import (
     CollectorsConfig,
@@ -22,6 +21,7 @@ from ascend_doctor.core.config import (
     ServerConfig,
 )
 from ascend_doctor.core.events import ProcessState
+from ascend_doctor.core.launch import LaunchSpec
 from ascend_doctor.rules import load_rules
 from ascend_doctor.sim.host import SimHost
 from tests.conftest import read_store, wait_for

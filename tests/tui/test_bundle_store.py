@@ -11,7 +11,8 @@ from ascend_doctor.cli.bundle import bundle
 from ascend_doctor.cli.bundle_store import is_bundle, store_from_bundle
 from ascend_doctor.core.errors import DoctorError
 from ascend_doctor.tui.app import DoctorApp
-from ascend_doctor.tui.data import Source, load_incident, load_overview
+from ascend_doctor.tui.data import Source, load_overview
+from ascend_doctor.tui.detail import load_incident
 from ascend_doctor.tui.screens import OverviewScreen
 from ascend_doctor.tui.widgets import IncidentsTable
 from tests.tui.conftest import shown

@@ -11,7 +11,8 @@ import psutil
 
 from ascend_doctor.core.procs import pid_alive
 from ascend_doctor.core.store import SpanRecord
-from ascend_doctor.tui.data import Source, load_incident, load_traces, read_tail
+from ascend_doctor.tui.data import Source, read_tail
+from ascend_doctor.tui.detail import load_incident, load_traces
 from ascend_doctor.tui.logindex import LineIndex
 from ascend_doctor.tui.waterfall_model import waterfall
 from tests.conftest import poll

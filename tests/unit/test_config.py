@@ -2,7 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from ascend_doctor.core.config import Config, load_config
+from ascend_doctor.core.config import Config
+from ascend_doctor.core.config_file import load_config
 from ascend_doctor.core.errors import ConfigError
 
 

@@ -1,4 +1,4 @@
-from ascend_doctor.agent.launch import LaunchSpec
+from ascend_doctor.core.launch import LaunchSpec
 from ascend_doctor.core.store import Override
 
 SPEC = LaunchSpec(

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from ascend_doctor.agent.incidents import IncidentManager
-from ascend_doctor.agent.launch import LaunchSpec
 from ascend_doctor.agent.remediation import Context, HostTools, Remediator
 from ascend_doctor.core.config import IncidentsConfig, RemediationConfig
 from ascend_doctor.core.events import Category, Finding, IncidentState, Role, Severity
+from ascend_doctor.core.launch import LaunchSpec
 from ascend_doctor.core.store import Store
 from ascend_doctor.rules import load_rules
 from tests.fakes import FakeServer

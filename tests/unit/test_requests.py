@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Any
 
 from ascend_doctor.agent.incidents import IncidentManager
-from ascend_doctor.agent.launch import LaunchSpec
 from ascend_doctor.agent.remediation import Context, HostTools, Remediator
 from ascend_doctor.agent.requests import RequestRunner
 from ascend_doctor.core.config import IncidentsConfig, RemediationConfig
 from ascend_doctor.core.events import Finding, IncidentState
+from ascend_doctor.core.launch import LaunchSpec
 from ascend_doctor.core.records import Artifact
 from ascend_doctor.core.store import Store
 from ascend_doctor.rules import load_rules

@@ -6,10 +6,10 @@ import asyncio
 import sys
 from pathlib import Path
 
-from ascend_doctor.agent.launch import LaunchSpec
 from ascend_doctor.agent.supervisor import Backoff, ExitDecision, Supervisor
 from ascend_doctor.core.config import ServerConfig
 from ascend_doctor.core.events import ProcessEvent, ProcessState
+from ascend_doctor.core.launch import LaunchSpec
 from tests.conftest import wait_for
 
 

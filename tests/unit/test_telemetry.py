@@ -20,12 +20,8 @@ from ascend_doctor.agent.telemetry.export import (
     resolve_endpoint,
 )
 from ascend_doctor.agent.telemetry.lifecycle import parse_phases
-from ascend_doctor.agent.telemetry.records import (
-    from_otlp_json,
-    from_otlp_proto,
-    to_otlp_json,
-    to_otlp_proto,
-)
+from ascend_doctor.agent.telemetry.records import to_otlp_json, to_otlp_proto
+from ascend_doctor.collectors.otlp import from_otlp_json, from_otlp_proto
 from ascend_doctor.core.config import Config, TelemetryConfig
 from ascend_doctor.core.errors import ConfigError, TelemetryError
 from ascend_doctor.core.events import (
@@ -322,7 +318,7 @@ def test_start_phases_from_vllm_lines() -> None:
 
 
 def test_bad_telemetry_config_stops_start_up(tmp_path: Path) -> None:
-    from ascend_doctor.core.config import load_config
+    from ascend_doctor.core.config_file import load_config
 
     p = tmp_path / "doctor.toml"
     p.write_text('[telemetry]\nprotocol = "thrift"\n')

@@ -11,7 +11,8 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Footer, Static, TabbedContent, TabPane
 
-from ascend_doctor.tui.data import FindingView, IncidentDetail, load_incident, severity_label
+from ascend_doctor.tui.data import severity_label
+from ascend_doctor.tui.detail import FindingView, IncidentDetail, load_incident
 from ascend_doctor.tui.messages import SpanChosen
 from ascend_doctor.tui.render import Palette, date_time
 from ascend_doctor.tui.screens.base import RefreshingScreen

@@ -10,7 +10,7 @@ from textual.containers import Horizontal
 from textual.widgets import Footer, Input, Static
 
 from ascend_doctor.core.store import SpanRecord
-from ascend_doctor.tui.data import TraceRow, load_trace, load_traces
+from ascend_doctor.tui.detail import TraceRow, load_trace, load_traces
 from ascend_doctor.tui.messages import OpenTrace, SpanChosen
 from ascend_doctor.tui.screens.base import RefreshingScreen
 from ascend_doctor.tui.widgets import SpanDetail, TracesTable, Waterfall

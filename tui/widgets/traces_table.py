@@ -7,7 +7,7 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import DataTable
 
-from ascend_doctor.tui.data import TraceRow
+from ascend_doctor.tui.detail import TraceRow
 from ascend_doctor.tui.messages import OpenTrace
 from ascend_doctor.tui.render import Palette, date_time
 
