@@ -29,6 +29,7 @@ import json
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -51,8 +52,14 @@ CORPUS = ROOT / "tests" / "corpus"
 PARTS = {"dev": "d-", "heldout": "h-"}
 
 
-def score_part(folder: Path, new_engine: EngineFactory, *, diagnose: bool = True) -> dict[str, Any]:
-    """Every figure of one part of the corpus (``dev/`` or ``heldout/``)."""
+Diagnose = Callable[[Incident], dict[str, Any]]
+
+
+def score_part(
+    folder: Path, new_engine: EngineFactory, diagnose: Diagnose | None = None
+) -> dict[str, Any]:
+    """Every figure of one part of the corpus (``dev/`` or ``heldout/``). ``diagnose`` turns an
+    incident into its ``diagnose --json`` report (default: run the real CLI)."""
     failures = load_entries(folder / "failures.jsonl", "", failures=True)
     benign = load_entries(folder / "benign.jsonl", "", failures=False)
     incidents = load_incidents(folder / "incidents")
@@ -92,7 +99,8 @@ def score_part(folder: Path, new_engine: EngineFactory, *, diagnose: bool = True
     totals = Counter(str(e.category) for e in failures)
     for category in sorted(totals):
         out["categories"][category] = {"n": totals[category], **per_category[category]}
-    out["incident_results"] = [_diagnose(i) for i in incidents] if diagnose else []
+    run = diagnose or _diagnose_cli
+    out["incident_results"] = [_judge(i, run) for i in incidents]
     return out
 
 
@@ -104,16 +112,24 @@ def _miss(entry: Entry, found: set[str]) -> dict[str, Any]:
     return {"id": entry.id, "expected": entry.category, "found": sorted(found), "text": entry.text}
 
 
-def _diagnose(incident: Incident) -> dict[str, Any]:
+def _judge(incident: Incident, diagnose: Diagnose) -> dict[str, Any]:
+    try:
+        report = diagnose(incident)
+    except RuntimeError as exc:
+        return {**judge_incident(incident, {}), "error": str(exc)}
+    return judge_incident(incident, report)
+
+
+def _diagnose_cli(incident: Incident) -> dict[str, Any]:
     """Run the real CLI on the log, as an operator would."""
     cmd = [sys.executable, "-m", "ascend_doctor", "diagnose", str(incident.log), "--json"]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     try:
-        report = json.loads(proc.stdout)
+        report: dict[str, Any] = json.loads(proc.stdout)
     except json.JSONDecodeError:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-        return {**judge_incident(incident, {}), "error": f"exit {proc.returncode}: {tail[0]}"}
-    return judge_incident(incident, report)
+        raise RuntimeError(f"diagnose exit {proc.returncode}: {tail[0]}") from None
+    return report
 
 
 def _pct(value: float | None) -> str:
