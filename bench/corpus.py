@@ -231,14 +231,14 @@ def load_incidents(folder: Path) -> list[Incident]:
 
 def judge_incident(incident: Incident, report: dict[str, Any]) -> dict[str, Any]:
     """Whether a ``diagnose --json`` report ranks the incident's root cause first."""
-    causes = report.get("root_causes") or []
-    first = causes[0] if causes else None
-    right = first is not None and first.get("category") == incident.category
+    causes: list[dict[str, Any]] = report.get("root_causes") or []
+    first: dict[str, Any] = causes[0] if causes else {}
+    right = first.get("category") == incident.category
     evidence = right and any(incident.text in e.get("text", "") for e in first.get("evidence", []))
     return {
         "name": incident.name,
         "expected": incident.category,
-        "first": first.get("category") if first else None,
+        "first": first.get("category"),
         "root_cause_first": right,
         "evidence_has_text": bool(evidence),
         "root_causes": [c.get("category") for c in causes],
