@@ -21,6 +21,7 @@ OPS = ("==", "!=", ">", ">=", "<", "<=")
 
 _TEXT_KEYS = (
     "id category severity role source pattern subject summary explain remediation examples docs"
+    " generic"
 ).split()
 _THRESHOLD_KEYS = (
     "id category severity role source when subject summary explain remediation examples docs"
@@ -57,6 +58,9 @@ class Rule:
     """``match`` lines and ``no_match`` near misses."""
     file: str = ""
     """Where the rule was loaded from, ``file:line``."""
+    generic: bool = False
+    """A catch-all phrase (a failed call, a wrapper line): yields to a specific code or phrase
+    on the same line or in the same block."""
 
 
 @dataclass(frozen=True)
@@ -256,7 +260,10 @@ def _text(raw: dict[str, Any], rid: str, where: str) -> Rule:
     if not isinstance(examples, dict) or not examples.get("match"):
         raise RuleError(f"{where}: rule '{rid}' needs examples with at least one 'match' line")
     ex = {k: tuple(str(x) for x in examples.get(k) or ()) for k in ("match", "no_match")}
-    return Rule(pattern=pattern, regex=regex, examples=ex, **common)
+    generic = raw.get("generic", False)
+    if not isinstance(generic, bool):
+        raise RuleError(f"{where}: rule '{rid}' key 'generic' is {generic!r}: expected true/false")
+    return Rule(pattern=pattern, regex=regex, examples=ex, generic=generic, **common)
 
 
 def _threshold(raw: dict[str, Any], rid: str, where: str) -> ThresholdRule:
