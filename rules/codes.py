@@ -27,7 +27,7 @@ from ascend_doctor.rules.catalogue import Catalogues, Entry
 # enough by itself (a port, a pid), so unknown numbers are dropped.
 _ACL = (
     rb"(?:error code(?: is|\s?[:=])|error_code\s?[:=]|errorCode\s?[:=]|ErrCode\s?=|result\s?="
-    rb"|ret(?:Code)?\s?[:=]|error no is|return:|failed:)\s?(?P<acl>[1-5]\d{5})(?!\d)"
+    rb"|ret(?:Code)?\s?[:=]|error no is|return:|failed:|errno\[)\s?(?P<acl>[1-5]\d{5})(?!\d)"
 )
 _REASON = rb"reason=\[?(?P<reason>[a-zA-Z][\w :+/-]{2,60}?)(?:\]|\[FUNC|$|\.\s|\.$)"
 _ERRTEXT = rb"\[Error\]: (?P<errtext>[A-Z][^\n\[]{4,160}?\.)\s*(?:$|\[|\n)"
@@ -37,7 +37,7 @@ _HCCL = (
     rb"error code is |hcclRet -> |failed[^\n]{0,80}?\bret\[)(?P<hccl>\d{1,2})(?!\d)"
 )
 _FAULT = (
-    rb"(?:[Ee]vent[ _]?[Ii][Dd]\s?[:=]\s?\[?|[Ee]rror [Cc]ode\s{0,3}:\s{0,3}"
+    rb"(?:[Ee]vent[ _]?[Ii][Dd]\s?[:=]\s?\[?|[Ee]rror [Cc]ode\s{0,40}:\s{0,3}"
     rb"|[Ff]ault[ _]?[Cc]ode\s?[:=]?\s?)"
     rb"(?:0x)?(?P<fault>[0-9A-Fa-f]{8})(?![0-9A-Fa-f])"
 )
