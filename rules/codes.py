@@ -48,6 +48,15 @@ CODE_PATTERN = re.compile(
 )
 """Every form at once: one pass over a chunk (C speed)."""
 
+CODE_KEYS = (
+    r"error code|error_code|errorCode|ErrCode|result ?=|ret(?:Code)? ?[:=]|error no is|return:"
+    r"|failed:|errno\[|reason=|\[Error\]: |HCCL function error|OPS function error|hcclRet"
+    r"|ret\[|[Ee]vent[ _]?[Ii][Dd]|[Ee]rror [Cc]ode|[Ff]ault[ _]?[Cc]ode|ret is"
+    r"|E[0-9A-Z][0-9]{4}"
+)
+"""Words that stand before (or are) a code: a line holding none has no code. Scanned with the
+rules in one pass; only the lines it finds are searched with ``CODE_PATTERN``."""
+
 _GROUP_KIND = {
     "acl": "acl",
     "reason": "runtime_reason",
@@ -124,4 +133,4 @@ def _norm(text: str) -> str:
     return " ".join(text.split()).rstrip(".").lower()
 
 
-__all__ = ["CODE_PATTERN", "DEVICE", "CodeHit", "CodeIndex", "device_of"]
+__all__ = ["CODE_KEYS", "CODE_PATTERN", "DEVICE", "CodeHit", "CodeIndex", "device_of"]

@@ -22,7 +22,7 @@ from ascend_doctor.core.events import (
 )
 from ascend_doctor.rules.blocks import merge_blocks
 from ascend_doctor.rules.catalogue import Catalogues, load_catalogues
-from ascend_doctor.rules.codes import CodeIndex
+from ascend_doctor.rules.codes import CODE_KEYS, CodeIndex
 from ascend_doctor.rules.findings import (
     code_finding,
     context_evidence,
@@ -34,7 +34,7 @@ from ascend_doctor.rules.findings import (
 from ascend_doctor.rules.loader import Rule, RuleSet, ThresholdRule
 from ascend_doctor.rules.matcher import make_prefilter
 from ascend_doctor.rules.parse import is_request_log
-from ascend_doctor.rules.unrecognised import Templates
+from ascend_doctor.rules.unrecognised import UNIT_KEYS, Templates
 
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
     "==": operator.eq,
@@ -110,7 +110,11 @@ class Engine:
             for source in rule.sources:
                 by_source[source].append(rule)
         self._by_source = dict(by_source)
-        self._prefilters = {s: make_prefilter(r, matcher) for s, r in by_source.items()}
+        # codes and error lines are found in the same pass as the rules: two extra patterns
+        self._prefilters = {
+            s: make_prefilter(by_source.get(s, []), matcher, (CODE_KEYS, UNIT_KEYS))
+            for s in sorted(set(by_source) | set(CODE_SOURCES))
+        }
         self.matcher = next(iter(self._prefilters.values())).name if self._prefilters else "re"
         self._codes = CodeIndex(catalogues if catalogues is not None else load_catalogues())
         self._templates = Templates() if unrecognised else None
@@ -140,9 +144,14 @@ class Engine:
             hits.setdefault(start, []).append((key, finding))
 
         prefilter = self._prefilters.get(chunk.source)
+        code_lines: list[int] = []
+        unit_lines: list[int] = []
         if prefilter is not None:
-            rules = self._by_source[chunk.source]
+            rules = self._by_source.get(chunk.source, [])
             for index, start in prefilter.candidates(data):
+                if index >= len(rules):
+                    (code_lines if index == len(rules) else unit_lines).append(start)
+                    continue
                 rule = rules[index]
                 end = end_of(data, start)
                 m = rule.regex.search(data, start, min(end, start + MAX_LINE))
@@ -150,8 +159,8 @@ class Engine:
                     continue  # a match across lines, or a prompt quoting an error
                 key = (rule.role != Role.ROOT, rule.generic, -rule.severity, 0, index)
                 keep(start, key, self._finding(rule, chunk, m.groupdict(), start))
-        if chunk.source in CODE_SOURCES:
-            for hit in self._codes.scan(data):
+        for line_start in sorted(set(code_lines)) if chunk.source in CODE_SOURCES else ():
+            for hit in self._codes.scan(data, line_start, end_of(data, line_start)):
                 entry = hit.entry
                 if entry.category == Category.UNRECOGNISED:
                     continue  # a code with no failure family: the unit below reports it
@@ -169,7 +178,14 @@ class Engine:
         merged = merge_blocks(data, chunk, found)
         findings = [f for f, _, _ in merged]
         if self._templates is not None and chunk.source in UNIT_SOURCES:
-            extra = unexplained(chunk, merged, self._templates, self._clock, self.context_after)
+            extra = unexplained(
+                chunk,
+                merged,
+                self._templates,
+                self._clock,
+                self.context_after,
+                sorted(set(unit_lines)),
+            )
             findings = sorted(findings + extra, key=lambda f: f.offset)
         findings = numbered(chunk, findings)
         self.matches += len(findings)

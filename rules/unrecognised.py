@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from drain3 import TemplateMiner
@@ -35,10 +35,12 @@ from ascend_doctor.rules.parse import (
 MAX_TRACEBACK_LINES = 400
 """A traceback longer than this is cut: its header no longer waits for an exception line."""
 
-_CANDIDATE = re.compile(
-    rb"ERROR|CRITICAL|Error|Exception|Exit\b|Interrupt\b|Traceback|what\(\)|Fatal"
-    rb"|Segmentation fault|\*\*\* SIG|\[E\d{3}|E[0-9A-Z]\d{4}"
+UNIT_KEYS = (
+    r"ERROR|CRITICAL|Error|Exception|Exit\b|Interrupt\b|Traceback|what\(\)|Fatal"
+    r"|Segmentation fault|\*\*\* SIG|\[E\d{3}|E[0-9A-Z]\d{4}"
 )
+"""Words of a line that may be an error line; scanned with the rules in one pass."""
+_CANDIDATE = re.compile(UNIT_KEYS.encode())
 
 
 _WHAT = re.compile(rb".{0,200}?what\(\): ")
@@ -78,14 +80,17 @@ PYTHON_SOURCES = ("server",)
 their own ERROR lines and error blocks."""
 
 
-def error_units(data: bytes, source: str = "server") -> list[Unit]:
-    """Every error unit of a chunk of ``source``, in file order."""
+def error_units(
+    data: bytes, source: str = "server", candidates: Iterable[int] | None = None
+) -> list[Unit]:
+    """Every error unit of a chunk of ``source``, in file order. ``candidates`` are the
+    starts of the lines ``UNIT_KEYS`` matched, in order (found here when not given)."""
     python = source in PYTHON_SOURCES
     units: list[Unit] = []
     traceback_at = -1
     traceback_lines = 0
     covered_to = -1
-    for start in _candidate_starts(data):
+    for start in _candidate_starts(data) if candidates is None else candidates:
         if start <= covered_to:
             continue
         line = _line(data, start)
@@ -159,4 +164,4 @@ class Templates:
         return text, hashlib.sha1(text.encode("utf-8")).hexdigest()[:12]
 
 
-__all__ = ["MAX_TRACEBACK_LINES", "Templates", "Unit", "error_units"]
+__all__ = ["MAX_TRACEBACK_LINES", "UNIT_KEYS", "Templates", "Unit", "error_units"]
