@@ -159,13 +159,16 @@ class Engine:
                     continue  # a match across lines, or a prompt quoting an error
                 key = (rule.role != Role.ROOT, rule.generic, -rule.severity, 0, index)
                 keep(start, key, self._finding(rule, chunk, m.groupdict(), start))
+        coded_errors: set[int] = set()
         for line_start in sorted(set(code_lines)) if chunk.source in CODE_SOURCES else ():
             for hit in self._codes.scan(data, line_start, end_of(data, line_start)):
                 entry = hit.entry
-                if entry.category == Category.UNRECOGNISED:
-                    continue  # a code with no failure family: the unit below reports it
                 start = data.rfind(b"\n", 0, hit.start) + 1
                 if echo(start, end_of(data, start)):
+                    continue
+                if entry.category == Category.UNRECOGNISED:
+                    # a code naming no failure family: the line is an error unit
+                    coded_errors.add(start)
                     continue
                 key = (entry.role != Role.ROOT, entry.generic, -entry.severity, 1, 0)
                 evidence = context_evidence(chunk, start, self.context_before, self.context_after)
@@ -185,6 +188,7 @@ class Engine:
                 self._clock,
                 self.context_after,
                 sorted(set(unit_lines)),
+                frozenset(coded_errors),
             )
             findings = sorted(findings + extra, key=lambda f: f.offset)
         findings = numbered(chunk, findings)

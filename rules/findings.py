@@ -128,12 +128,13 @@ def unexplained(
     clock: Callable[[], float],
     after_n: int,
     candidates: list[int] | None = None,
+    forced: frozenset[int] = frozenset(),
 ) -> list[Finding]:
     """An ``unrecognised`` finding for every error unit no finding of ``merged`` explains."""
     data = chunk.data
     covered = sorted((first, end) for _, first, end in merged)
     starts = [first for first, _ in covered]
-    units = error_units(data, chunk.source, candidates)
+    units = error_units(data, chunk.source, candidates, forced)
     out = []
     for i, unit in enumerate(units):
         # a unit is explained by a finding inside it or right after it, up to the next

@@ -81,22 +81,30 @@ their own ERROR lines and error blocks."""
 
 
 def error_units(
-    data: bytes, source: str = "server", candidates: Iterable[int] | None = None
+    data: bytes,
+    source: str = "server",
+    candidates: Iterable[int] | None = None,
+    forced: frozenset[int] = frozenset(),
 ) -> list[Unit]:
     """Every error unit of a chunk of ``source``, in file order. ``candidates`` are the
-    starts of the lines ``UNIT_KEYS`` matched, in order (found here when not given)."""
+    starts of the lines ``UNIT_KEYS`` matched, in order (found here when not given);
+    ``forced`` are lines holding a catalogued error code, errors whatever their header."""
     python = source in PYTHON_SOURCES
     units: list[Unit] = []
     traceback_at = -1
     traceback_lines = 0
     covered_to = -1
-    for start in _candidate_starts(data) if candidates is None else candidates:
+    found = _candidate_starts(data) if candidates is None else candidates
+    for start in sorted(set(found) | forced) if forced else found:
         if start <= covered_to:
             continue
         line = _line(data, start)
         p = parse(line)
         msg = line[p.message :]
         if REQUEST_LOG.match(msg):
+            continue
+        if start in forced and traceback_at < 0 and not CANN_CODE.match(msg.lstrip()):
+            units.append(Unit(start, start, start, True))
             continue
         if p.level in ("INFO", "DEBUG", "WARNING"):
             # torch_npu reports CANN errors through TORCH_WARN: "Warning: EZ9999: Inner Error!"
