@@ -172,7 +172,9 @@ def unit_finding(
     return Finding(
         rule="unrecognised",
         category=Category.UNRECOGNISED,
-        severity=Severity.ERROR if unit.severe else Severity.WARNING,
+        severity=(
+            Severity.INFO if unit.request else Severity.ERROR if unit.severe else Severity.WARNING
+        ),
         role=Role.SYMPTOM,
         subject="server",
         summary=template,

@@ -43,6 +43,9 @@ UNIT_KEYS = (
 _CANDIDATE = re.compile(UNIT_KEYS.encode())
 
 
+REQUEST_LOGGERS = re.compile(r"(?:serving_\w+|serving|protocol)\.py:")
+"""vLLM's OpenAI-serving modules log one request's failure at ERROR (a prompt too long, a bad
+parameter): the server is fine, so such an unexplained error is reported at info level."""
 _WHAT = re.compile(rb".{0,200}?what\(\): ")
 _WARNED_CODE = re.compile(rb"Warning: E[0-9A-Z]\d{4}: ")
 
@@ -59,6 +62,8 @@ class Unit:
     """Offset of the line that names the error (exception line, code line, the line)."""
     severe: bool
     """An exception, traceback, CANN error block or fatal signal (not a lone ERROR line)."""
+    request: bool = False
+    """Logged by vLLM's request-serving code: one request failed, not the server."""
 
 
 def _line(data: bytes, start: int) -> bytes:
@@ -92,6 +97,7 @@ def error_units(
     python = source in PYTHON_SOURCES
     units: list[Unit] = []
     traceback_at = -1
+    request_at = -1
     traceback_lines = 0
     covered_to = -1
     found = _candidate_starts(data) if candidates is None else candidates
@@ -117,13 +123,16 @@ def error_units(
             if traceback_at < 0:
                 traceback_at, traceback_lines = start, 0
             continue
+        if p.level in ("ERROR", "CRITICAL") and REQUEST_LOGGERS.match(p.logger):
+            request_at = traceback_at if traceback_at >= 0 else start
         if traceback_at >= 0:
             traceback_lines = data.count(b"\n", traceback_at, start)
             if traceback_lines > MAX_TRACEBACK_LINES:
                 traceback_at = -1
         is_exception = EXCEPTION.match(msg) is not None
         if is_exception and traceback_at >= 0:
-            units.append(Unit(traceback_at, start, start, True))
+            request = request_at == traceback_at and REQUEST_LOGGERS.match(p.logger) is not None
+            units.append(Unit(traceback_at, start, start, True, request))
             traceback_at = -1
             continue
         if CANN_CODE.match(msg.lstrip()) and msg[:1] != b"W":
@@ -143,7 +152,9 @@ def error_units(
             units.append(Unit(start, last, start, True))
             continue
         if p.level in ("ERROR", "CRITICAL") and not CONTINUATION.match(msg):
-            units.append(Unit(start, start, start, False))
+            units.append(
+                Unit(start, start, start, False, REQUEST_LOGGERS.match(p.logger) is not None)
+            )
     return units
 
 
