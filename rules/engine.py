@@ -116,7 +116,9 @@ class Engine:
             for s in sorted(set(by_source) | set(CODE_SOURCES))
         }
         self.matcher = next(iter(self._prefilters.values())).name if self._prefilters else "re"
-        self._codes = CodeIndex(catalogues if catalogues is not None else load_catalogues())
+        if catalogues is None:
+            catalogues = load_catalogues(list(rules.catalogue_dirs))
+        self._codes = CodeIndex(catalogues)
         self._templates = Templates() if unrecognised else None
         self._firing: set[tuple[str, str]] = set()
         self._since: dict[tuple[str, str], float] = {}

@@ -101,6 +101,8 @@ class RuleSet:
     """Text rules."""
     thresholds: tuple[ThresholdRule, ...]
     """Sample rules."""
+    catalogue_dirs: tuple[Path, ...] = ()
+    """Site code catalogues (a ``catalogues/`` folder in a site rules directory)."""
 
 
 class _LineLoader(yaml.SafeLoader):
@@ -127,7 +129,8 @@ def load_rules(dirs: list[Path] | None = None) -> RuleSet:
     A site rule with the id of a loaded rule overrides the fields it names (the rest
     stay as shipped); a new id adds a rule; ``disable: [ids]`` at the top of a site
     file removes rules. Unknown ids in ``disable`` are an error (a typo would
-    otherwise silently keep a rule on).
+    otherwise silently keep a rule on). A ``catalogues/`` folder in a site directory adds
+    code catalogues (same format as the shipped ones; a code may not be defined twice).
     """
     text: dict[str, Rule] = {}
     thresholds: dict[str, ThresholdRule] = {}
@@ -137,7 +140,8 @@ def load_rules(dirs: list[Path] | None = None) -> RuleSet:
             raise RuleError(f"{d}: rules directory does not exist")
         for path in sorted(d.glob("*.yaml")):
             _load_file(path, text, thresholds, raws, site=d != builtin_pack_dir())
-    return RuleSet(tuple(text.values()), tuple(thresholds.values()))
+    catalogues = tuple(d / "catalogues" for d in dirs or [] if (d / "catalogues").is_dir())
+    return RuleSet(tuple(text.values()), tuple(thresholds.values()), catalogues)
 
 
 def _load_file(

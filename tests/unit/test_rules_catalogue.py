@@ -111,3 +111,15 @@ def test_bad_catalogue_is_refused_with_file_and_line(tmp_path: Path) -> None:
     assert f"{tmp_path / 'site.yaml'}:" in text
     with pytest.raises(RuleError):
         load_catalogues([tmp_path])
+
+
+def test_a_site_catalogue_adds_codes(tmp_path: Path) -> None:
+    (tmp_path / "catalogues").mkdir()
+    (tmp_path / "catalogues" / "site.yaml").write_text(
+        "kind: acl\ncodes:\n"
+        "  - {code: 599001, category: device_fault, severity: critical, role: root,\n"
+        "     meaning: Site-specific fault., source: 'https://example.invalid/runbook'}\n"
+    )
+    engine = Engine(load_rules([tmp_path]), clock=lambda: 0.0)
+    (f,) = engine.scan(LogChunk("x", "server", 0, b"boom, error code is 599001\n"))
+    assert f.category == Category.DEVICE_FAULT and f.rule == "code:acl:599001"
