@@ -67,9 +67,18 @@ _HEADERS: tuple[tuple[str, re.Pattern[bytes]], ...] = (
             rb"(?P<logger>[\w.]{1,100}) - "
         ),
     ),
+    (
+        # glog (C++ libraries such as Mooncake's transfer engine): "E1210 03:24:54.778028
+        # 2548307 file.cpp:820] ", newer glog with the year "E20260608 14:45:44.404089 ..."
+        "glog",
+        re.compile(
+            rb"(?P<level>[IWEF])(?:\d{4})?\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ "
+            rb"(?P<logger>[\w.-]{1,80}:\d+)\] "
+        ),
+    ),
     ("uvicorn", re.compile(rb"(?P<level>INFO|WARNING|ERROR|CRITICAL):\s+")),
 )
-_LEVELS = {b"E": "ERROR", b"W": "WARNING", b"I": "INFO", b"EVENT": "INFO"}
+_LEVELS = {b"E": "ERROR", b"W": "WARNING", b"I": "INFO", b"F": "CRITICAL", b"EVENT": "INFO"}
 
 REQUEST_LOG = re.compile(
     rb"(?:Received request \S{1,200}: (?:prompt|params)|Generated response \S{1,200}: output"

@@ -48,6 +48,8 @@ from ascend_doctor.rules.parse import is_request_log, message, parse
         ("svc-1  | (APIServer pid=145) RuntimeError: x", "", "", "RuntimeError: x"),
         ("(pid=26694, ip=10.0.0.5) INFO 04-29 13:51:22 [__init__.py:44] ok", "vllm", "INFO", "ok"),
         ("2025-03-26 11:48:53 - INFO - vllm_ascend.worker - Loading", "pylog", "INFO", "Loading"),
+        ("E1210 03:24:54.778028 2548307 transport.cpp:820] Failed x", "glog", "ERROR", "Failed"),
+        ("I20260608 14:45:44.404228 342420 transport.cpp:1119] Connected", "glog", "INFO", "Conn"),
         (
             'INFO:     1.2.3.4:41180 - "POST /v1/chat/completions HTTP/1.1" 200 OK',
             "uvicorn",
