@@ -31,7 +31,7 @@ from ascend_doctor.rules.findings import (
     numbered,
     unexplained,
 )
-from ascend_doctor.rules.loader import Rule, RuleSet, ThresholdRule
+from ascend_doctor.rules.loader import QUIET_WINDOW, Rule, RuleSet, ThresholdRule
 from ascend_doctor.rules.matcher import make_prefilter
 from ascend_doctor.rules.parse import is_request_log
 from ascend_doctor.rules.unrecognised import UNIT_KEYS, Templates
@@ -148,6 +148,7 @@ class Engine:
         prefilter = self._prefilters.get(chunk.source)
         code_lines: list[int] = []
         unit_lines: list[int] = []
+        quiet: set[int] = set()
         if prefilter is not None:
             rules = self._by_source.get(chunk.source, [])
             for index, start in prefilter.candidates(data):
@@ -159,6 +160,11 @@ class Engine:
                 m = rule.regex.search(data, start, min(end, start + MAX_LINE))
                 if m is None or echo(start, end):
                     continue  # a match across lines, or a prompt quoting an error
+                if rule.quiet_after is not None and rule.quiet_after.search(
+                    data, max(0, start - QUIET_WINDOW), start
+                ):
+                    quiet.add(start)  # expected here: no finding, no unrecognised error
+                    continue
                 key = (rule.role != Role.ROOT, rule.generic, -rule.severity, 0, index)
                 keep(start, key, self._finding(rule, chunk, m.groupdict(), start))
         coded_errors: set[int] = set()
@@ -191,6 +197,7 @@ class Engine:
                 self.context_after,
                 sorted(set(unit_lines)),
                 frozenset(coded_errors),
+                frozenset(quiet),
             )
             findings = sorted(findings + extra, key=lambda f: f.offset)
         findings = numbered(chunk, findings)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import re
 from collections.abc import Callable
 
 from ascend_doctor.core.events import Category, Finding, LogChunk, LogLine, Role, Severity
@@ -43,6 +44,11 @@ def kept(
 def end_of(data: bytes, start: int) -> int:
     end = data.find(b"\n", start)
     return len(data) if end < 0 else end
+
+
+# an exception that names the CANN error block printed right below it
+# ("RuntimeError: call aclnnX failed, detail:EZ9999: Inner Error!")
+_NAMES_BLOCK = re.compile(rb"E[0-9A-Z]\d{4}: Inner Error!?\s*$|detail:\s*E[0-9A-Z]\d{4}")
 
 
 def before_lines(data: bytes, start: int, n: int) -> int:
@@ -129,14 +135,25 @@ def unexplained(
     after_n: int,
     candidates: list[int] | None = None,
     forced: frozenset[int] = frozenset(),
+    quiet: frozenset[int] = frozenset(),
 ) -> list[Finding]:
-    """An ``unrecognised`` finding for every error unit no finding of ``merged`` explains."""
+    """An ``unrecognised`` finding for every error unit no finding of ``merged`` explains
+    (``quiet`` lines are expected where they are: no unit holding one is reported)."""
     data = chunk.data
     covered = sorted((first, end) for _, first, end in merged)
     starts = [first for first, _ in covered]
     units = error_units(data, chunk.source, candidates, forced)
     out = []
     for i, unit in enumerate(units):
+        if unit.key_line in quiet or unit.first in quiet:
+            continue
+        nxt = units[i + 1] if i + 1 < len(units) else None
+        if (
+            nxt is not None
+            and nxt.first <= after_lines(data, unit.last, 1)
+            and _NAMES_BLOCK.search(data, unit.key_line, end_of(data, unit.key_line))
+        ):
+            continue  # the block below speaks for it: explained there, or reported there
         # a unit is explained by a finding inside it or right after it, up to the next
         # unit (an exception's message and CANN block follow its exception line)
         stop = units[i + 1].first if i + 1 < len(units) else len(data)

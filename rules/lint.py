@@ -66,6 +66,9 @@ def rule_problems(rules: Iterable[Rule]) -> list[str]:
     for rule in rules:
         for why in pattern_problems(rule.pattern):
             out.append(f"{rule.file}: rule '{rule.id}': {why}")
+        if rule.quiet_after is not None:
+            for why in pattern_problems(rule.quiet_after.pattern.decode("utf-8")):
+                out.append(f"{rule.file}: rule '{rule.id}' quiet_after: {why}")
     return out
 
 

@@ -21,7 +21,7 @@ OPS = ("==", "!=", ">", ">=", "<", "<=")
 
 _TEXT_KEYS = (
     "id category severity role source pattern subject summary explain remediation examples docs"
-    " generic"
+    " generic quiet_after"
 ).split()
 _THRESHOLD_KEYS = (
     "id category severity role source when subject summary explain remediation examples docs"
@@ -61,6 +61,14 @@ class Rule:
     generic: bool = False
     """A catch-all phrase (a failed call, a wrapper line): yields to a specific code or phrase
     on the same line or in the same block."""
+    quiet_after: re.Pattern[bytes] | None = None
+    """A line that makes a match expected: a match within ``QUIET_WINDOW`` bytes after a line
+    matching this is no finding and no unrecognised error (an engine 'died' right after its
+    own clean shutdown)."""
+
+
+QUIET_WINDOW = 2048
+"""How far back, in bytes of the same chunk, ``quiet_after`` looks."""
 
 
 @dataclass(frozen=True)
@@ -267,7 +275,23 @@ def _text(raw: dict[str, Any], rid: str, where: str) -> Rule:
     generic = raw.get("generic", False)
     if not isinstance(generic, bool):
         raise RuleError(f"{where}: rule '{rid}' key 'generic' is {generic!r}: expected true/false")
-    return Rule(pattern=pattern, regex=regex, examples=ex, generic=generic, **common)
+    quiet = raw.get("quiet_after")
+    quiet_regex = None
+    if quiet is not None:
+        if not isinstance(quiet, str) or not quiet:
+            raise RuleError(f"{where}: rule '{rid}' key 'quiet_after' must be a pattern")
+        try:
+            quiet_regex = re.compile(quiet.encode("utf-8"))
+        except re.error as exc:
+            raise RuleError(f"{where}: rule '{rid}' quiet_after does not compile: {exc}") from None
+    return Rule(
+        pattern=pattern,
+        regex=regex,
+        examples=ex,
+        generic=generic,
+        quiet_after=quiet_regex,
+        **common,
+    )
 
 
 def _threshold(raw: dict[str, Any], rid: str, where: str) -> ThresholdRule:

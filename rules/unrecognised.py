@@ -162,7 +162,7 @@ def _masking() -> list[MaskingInstruction]:
     return [
         MaskingInstruction(r"0x[0-9a-fA-F]+", "HEX"),
         MaskingInstruction(r"\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?", "IP"),
-        MaskingInstruction(r"(?<![A-Za-z_])-?\d+(?:\.\d+)?(?![A-Za-z_])", "NUM"),
+        MaskingInstruction(r"(?<![A-Za-z_\d])-?\d+(?:\.\d+)?(?![A-Za-z_\d])", "NUM"),
     ]
 
 

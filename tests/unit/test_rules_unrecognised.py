@@ -84,3 +84,30 @@ def test_unknown_cann_block_is_one_finding() -> None:
 
 def test_python_exceptions_in_cann_logs_are_not_units() -> None:
     assert scan("RuntimeError: NPU out of memory. Tried to allocate 2.00 GiB\n", "plog") == []
+
+
+def test_an_exception_naming_the_block_below_is_one_unit_with_it() -> None:
+    text = (
+        "[rank0]: RuntimeError: call aclnnFoo failed, detail:EZ9999: Inner Error!\n"
+        "[rank0]: EZ9999: [PID: 62938] 2025-05-27-06:52:12.455.807 something odd happened."
+        "[FUNC:Foo][FILE:foo.cc][LINE:1218]\n"
+        "[rank0]:         TraceBack (most recent call last):\n"
+    )
+    found = scan(text)
+    assert [f.category for f in found] == [Category.UNRECOGNISED]
+    # the code stays readable in the template; numbers are masked
+    assert found[0].summary.startswith("EZ9999: [PID: <NUM>]")
+
+
+def test_engine_death_after_its_own_clean_shutdown_is_expected() -> None:
+    # vllm-ascend docs/source/installation.md: an offline run ends like this
+    tail = (
+        "ERROR 05-12 11:36:01 [core_client.py:704] Engine core proc EngineCore died"
+        " unexpectedly, shutting down client.\n"
+    )
+    clean = (
+        "(EngineCore pid=970) INFO 05-12 11:36:00 [core.py:1201] Shutdown initiated (timeout=0)\n"
+        "(EngineCore pid=970) INFO 05-12 11:36:00 [core.py:1224] Shutdown complete\n" + tail
+    )
+    assert scan(clean) == []
+    assert [f.category for f in scan(tail)] == [Category.ENGINE_DEAD]
