@@ -34,7 +34,7 @@ _HEADERS: tuple[tuple[str, re.Pattern[bytes]], ...] = (
         "vllm",
         re.compile(
             rb"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? "
-            rb"\[?(?P<logger>[\w.-]{1,80}:\d+)\] ?"
+            rb"\[?(?P<logger>[\w./-]{1,120}:\d+)\] ?"
         ),
     ),
     (
@@ -144,14 +144,25 @@ def message(line: bytes) -> bytes:
     return line[parse(line).message :]
 
 
+ECHO_LOGGERS = re.compile(r"(?:^|/)dump_input\.py:")
+"""vLLM loggers that echo requests back: ``dump_input.py`` dumps the scheduler output (request
+ids, token counts, sampling parameters) at ERROR level after an engine failure; the failure
+itself is the traceback that follows."""
+
+
 def is_request_log(line: bytes) -> bool:
-    """True for vLLM request-logger lines (prompt and output echoes)."""
-    return REQUEST_LOG.match(message(line)) is not None
+    """True for lines that echo requests back: vLLM's request logger (prompts and outputs)
+    and its engine-failure input dump."""
+    p = parse(line)
+    if p.header == "vllm" and ECHO_LOGGERS.search(p.logger):
+        return True
+    return REQUEST_LOG.match(line, p.message) is not None
 
 
 __all__ = [
     "CANN_CODE",
     "CONTINUATION",
+    "ECHO_LOGGERS",
     "EXCEPTION",
     "FATAL",
     "REQUEST_LOG",

@@ -25,6 +25,7 @@ from ascend_doctor.rules.blocks import block_around
 from ascend_doctor.rules.parse import (
     CANN_CODE,
     CONTINUATION,
+    ECHO_LOGGERS,
     EXCEPTION,
     FATAL,
     REQUEST_LOG,
@@ -43,7 +44,7 @@ UNIT_KEYS = (
 _CANDIDATE = re.compile(UNIT_KEYS.encode())
 
 
-REQUEST_LOGGERS = re.compile(r"(?:serving_\w+|serving|protocol)\.py:")
+REQUEST_LOGGERS = re.compile(r"(?:^|/)(?:serving_\w+|serving|protocol)\.py:")
 """vLLM's OpenAI-serving modules log one request's failure at ERROR (a prompt too long, a bad
 parameter): the server is fine, so such an unexplained error is reported at info level."""
 _WHAT = re.compile(rb".{0,200}?what\(\): ")
@@ -107,8 +108,8 @@ def error_units(
         line = _line(data, start)
         p = parse(line)
         msg = line[p.message :]
-        if REQUEST_LOG.match(msg):
-            continue
+        if REQUEST_LOG.match(msg) or (p.header == "vllm" and ECHO_LOGGERS.search(p.logger)):
+            continue  # echoes of requests (prompts, outputs, the scheduler dump)
         if start in forced and traceback_at < 0 and not CANN_CODE.match(msg.lstrip()):
             units.append(Unit(start, start, start, True))
             continue
@@ -123,7 +124,7 @@ def error_units(
             if traceback_at < 0:
                 traceback_at, traceback_lines = start, 0
             continue
-        if p.level in ("ERROR", "CRITICAL") and REQUEST_LOGGERS.match(p.logger):
+        if p.level in ("ERROR", "CRITICAL") and REQUEST_LOGGERS.search(p.logger):
             request_at = traceback_at if traceback_at >= 0 else start
         if traceback_at >= 0:
             traceback_lines = data.count(b"\n", traceback_at, start)
@@ -131,7 +132,7 @@ def error_units(
                 traceback_at = -1
         is_exception = EXCEPTION.match(msg) is not None
         if is_exception and traceback_at >= 0:
-            request = request_at == traceback_at and REQUEST_LOGGERS.match(p.logger) is not None
+            request = request_at == traceback_at and REQUEST_LOGGERS.search(p.logger) is not None
             units.append(Unit(traceback_at, start, start, True, request))
             traceback_at = -1
             continue
@@ -153,7 +154,7 @@ def error_units(
             continue
         if p.level in ("ERROR", "CRITICAL") and not CONTINUATION.match(msg):
             units.append(
-                Unit(start, start, start, False, REQUEST_LOGGERS.match(p.logger) is not None)
+                Unit(start, start, start, False, REQUEST_LOGGERS.search(p.logger) is not None)
             )
     return units
 

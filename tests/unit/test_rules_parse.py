@@ -81,3 +81,16 @@ def test_request_log_lines_are_recognised() -> None:
         b"INFO 01-01 00:00:00 [logger.py:9] Generated response cmpl-2: output: 'x'"
     )
     assert not is_request_log(b"ERROR 01-01 00:00:00 [core.py:1] Received nothing")
+
+
+def test_newer_vllm_headers_carry_a_relative_path() -> None:
+    line = (
+        b"(EngineCore_DP0 pid=3859350) ERROR 10-28 10:45:49 [logging_utils/dump_input.py:76]"
+        b" Dumping scheduler output for model execution: SchedulerOutput(scheduled_new_reqs=[])"
+    )
+    p = parse(line)
+    assert (p.header, p.level, p.logger) == ("vllm", "ERROR", "logging_utils/dump_input.py:76")
+    # the engine-failure dump echoes requests: never evidence
+    assert is_request_log(line)
+    assert is_request_log(b"ERROR 11-04 09:45:23 [dump_input.py:79] Dumping scheduler stats: S(")
+    assert not is_request_log(b"ERROR 11-04 09:45:23 [core.py:588] EngineCore encountered a fatal")
