@@ -11,6 +11,7 @@ phrase found in the same block.
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -262,7 +263,7 @@ def _entry(path: Path, kind: str, raw: Any, problems: list[str]) -> Entry | None
         category,
         severity,
         role,
-        " ".join(meaning.split()),
+        _readable(meaning),
         tuple(sources),
         generic=bool(raw.get("generic", False)),
         name=str(raw.get("name") or raw.get("title") or ""),
@@ -270,6 +271,16 @@ def _entry(path: Path, kind: str, raw: Any, problems: list[str]) -> Entry | None
         remediation=steps,
         where=where,
     )
+
+
+# CANN's message table keeps the printf arguments of a message ("Reason: %s."); a summary
+# reads better without the empty ones
+_EMPTY_ARG = re.compile(r"\s*(?:Suggest|Reason|Solution|Possible Cause):\s*%s\.?|\s*\[%s\]|%s")
+
+
+def _readable(meaning: str) -> str:
+    text = _EMPTY_ARG.sub(lambda m: "" if m.group(0).strip()[:1] != "%" else "…", meaning)
+    return " ".join(text.split()).replace(" .", ".").replace(" ,", ",")
 
 
 def _key(kind: str, code: int | str) -> str:

@@ -10,7 +10,8 @@ One scan of a chunk finds every code, whatever form prints it:
 - torch_npu's English text of a code: ``[Error]: The aicore execution times out.``;
 - CANN error-message codes: ``EL0004: ...``, ``EE9999[PID: ...]``,
   ``Memory_Allocation_Failure(EL0004)``;
-- HCCL results: ``HCCL function error: <call>, error code is 11``, ``hcclRet -> 19``;
+- HCCL results: ``HCCL function error: <call>, error code is 11``, ``hcclRet -> 19``,
+  ``errNo[0x0000000005010009]``;
 - NPU device fault codes: ``Error Code : 80E01801``, ``event_id=0x80e18005``, ``fault code 0x...``;
 - dcmi returns: ``ret is -8005``, ``ret=-8020``.
 """
@@ -36,6 +37,10 @@ _HCCL = (
     rb"(?:HCCL function error: [^\n]{0,200}?, error code is |OPS function error: Hccl\w{1,40}, "
     rb"error code is |hcclRet -> |failed[^\n]{0,80}?\bret\[)(?P<hccl>\d{1,2})(?!\d)"
 )
+# HCCL's plog prints its result as errNo[0x%016llx]: the module id (5) in bits 24-31, the
+# submodule (HCCL 0, HCOM 1) in bits 16-23 and the HcclResult in the low bits
+# (hicann/hccl src/common/log.h HCCL_ERROR_CODE)
+_HCCL_ERRNO = rb"errNo\[0x(?P<hcclerr>0{8}0[05]0[01]00[0-9a-fA-F]{2})\]"
 _FAULT = (
     rb"(?:[Ee]vent[ _]?[Ii][Dd]\s?[:=]\s?\[?|[Ee]rror [Cc]ode\s{0,40}:\s{0,3}"
     rb"|[Ff]ault[ _]?[Cc]ode\s?[:=]?\s?)"
@@ -44,13 +49,13 @@ _FAULT = (
 _DCMI = rb"(?:ret(?: is|\s?[:=])|error code)\s?(?P<dcmi>-8\d{3}|-9999\d)(?!\d)"
 
 CODE_PATTERN = re.compile(
-    b"|".join((_ACL, _REASON, _ERRTEXT, _CANN, _HCCL, _FAULT, _DCMI)), re.MULTILINE
+    b"|".join((_ACL, _REASON, _ERRTEXT, _CANN, _HCCL, _HCCL_ERRNO, _FAULT, _DCMI)), re.MULTILINE
 )
 """Every form at once: one pass over a chunk (C speed)."""
 
 CODE_KEYS = (
     r"error code|error_code|errorCode|ErrCode|result ?=|ret(?:Code)? ?[:=]|error no is|return:"
-    r"|failed:|errno\[|reason=|\[Error\]: |HCCL function error|OPS function error|hcclRet"
+    r"|failed:|errno\[|errNo\[|reason=|\[Error\]: |HCCL function error|OPS function error|hcclRet"
     r"|ret\[|[Ee]vent[ _]?[Ii][Dd]|[Ee]rror [Cc]ode|[Ff]ault[ _]?[Cc]ode|ret is"
     r"|E[0-9A-Z][0-9]{4}"
 )
@@ -63,6 +68,7 @@ _GROUP_KIND = {
     "errtext": "acl",
     "cann": "cann",
     "hccl": "hccl",
+    "hcclerr": "hccl",
     "fault": "device_fault",
     "dcmi": "dcmi",
 }
@@ -103,6 +109,8 @@ class CodeIndex:
         if group == "errtext":
             return self._texts.get(_norm(value))
         kind = _GROUP_KIND[group]
+        if group == "hcclerr":
+            return self.catalogues.get(kind, str(int(value, 16) & 0xFF))
         if kind == "runtime_reason":
             return self.catalogues.get(kind, value.strip().lower())
         if kind == "device_fault":

@@ -63,6 +63,10 @@ def test_other_kinds() -> None:
     assert ("device_fault", "80E01801") in codes("Error Code                     : 80E01801")
     assert ("device_fault", "80E18005") in codes("event_id=0x80e18005, device 3")
     assert ("dcmi", "-8020") in codes("dcmi module initialize failed. ret is -8020")
+    # HCCL's plog result: module 5, submodule HCOM, HcclResult 9 (hicann/hccl log.h)
+    assert ("hccl", "9") in codes("[AllReduce][Result]errNo[0x0000000005010009] hcclComm error")
+    assert ("hccl", "1") in codes("[EnvConfig]errNo[0x0000000005000001] In init env variable")
+    assert codes("ptr[0x0000000012e08360] errNo[0x00000000070a0009]") == []
 
 
 def test_unknown_numbers_are_not_codes() -> None:
@@ -123,3 +127,9 @@ def test_a_site_catalogue_adds_codes(tmp_path: Path) -> None:
     engine = Engine(load_rules([tmp_path]), clock=lambda: 0.0)
     (f,) = engine.scan(LogChunk("x", "server", 0, b"boom, error code is 599001\n"))
     assert f.category == Category.DEVICE_FAULT and f.rule == "code:acl:599001"
+
+
+def test_meanings_read_without_empty_printf_arguments() -> None:
+    entry = CATS.get("cann", "EJ0002")
+    assert entry is not None and "%s" not in entry.meaning
+    assert entry.meaning == "The network port is down."
