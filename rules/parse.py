@@ -40,8 +40,8 @@ _HEADERS: tuple[tuple[str, re.Pattern[bytes]], ...] = (
     (
         "c10",
         re.compile(
-            rb"\[(?P<level>[EWI])\d{3,4} \d\d:\d\d:\d\d\.\d+ (?:\d+ )?"
-            rb"(?P<logger>[^\]]{1,80}:\d+)\] ?"
+            rb"\[(?P<level>[EWI])(?:\d{3,4} \d\d:\d\d:\d\d\.\d+ (?:\d+ )?| )"
+            rb"(?P<logger>[\w./-]{1,80}:\d+)\] ?"
         ),
     ),
     (
