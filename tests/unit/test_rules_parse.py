@@ -94,3 +94,9 @@ def test_newer_vllm_headers_carry_a_relative_path() -> None:
     assert is_request_log(line)
     assert is_request_log(b"ERROR 11-04 09:45:23 [dump_input.py:79] Dumping scheduler stats: S(")
     assert not is_request_log(b"ERROR 11-04 09:45:23 [core.py:588] EngineCore encountered a fatal")
+
+
+def test_older_c10_headers_have_no_timestamp() -> None:
+    line = b"[E socket.cpp:472] [c10d] The server socket has failed to listen on any address."
+    p = parse(line)
+    assert (p.header, p.level, p.logger) == ("c10", "ERROR", "socket.cpp:472")
