@@ -32,7 +32,7 @@ _ACL = (
 )
 _REASON = rb"reason=\[?(?P<reason>[a-zA-Z][\w :+/-]{2,60}?)(?:\]|\[FUNC|$|\.\s|\.$)"
 _ERRTEXT = rb"\[Error\]: (?P<errtext>[A-Z][^\n\[]{4,160}?\.)\s*(?:$|\[|\n)"
-_CANN = rb"(?<![\w.])(?P<cann>E[0-9A-Z]\d{4})(?=[:\[)\]]|\s|$)"
+_CANN = rb"(?<![\w.])(?P<cann>E[0-9A-Z]\d{4})(?=[:\[)\]]|\s|$|\.(?!\d))"
 _HCCL = (
     rb"(?:HCCL function error: [^\n]{0,200}?, error code is |OPS function error: Hccl\w{1,40}, "
     rb"error code is |hcclRet -> |failed[^\n]{0,80}?\bret\[)(?P<hccl>\d{1,2})(?!\d)"
@@ -112,7 +112,11 @@ class CodeIndex:
         if group == "hcclerr":
             return self.catalogues.get(kind, str(int(value, 16) & 0xFF))
         if kind == "runtime_reason":
-            return self.catalogues.get(kind, value.strip().lower())
+            # newer runtimes print a driver reason without its "driver error:" prefix
+            reason = value.strip().lower()
+            return self.catalogues.get(kind, reason) or self.catalogues.get(
+                kind, "driver error:" + reason
+            )
         if kind == "device_fault":
             return self.catalogues.get(kind, value.upper())
         return self.catalogues.get(kind, value)
