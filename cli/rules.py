@@ -12,6 +12,7 @@ import click
 from ascend_doctor.core.errors import DoctorError
 from ascend_doctor.core.events import LogChunk
 from ascend_doctor.rules import Engine, RuleSet, load_rules
+from ascend_doctor.rules.lint import catalogue_problems, rule_problems
 from ascend_doctor.rules.matcher import hyperscan_error
 
 
@@ -39,9 +40,11 @@ def rules_group() -> None:
 @rules_group.command("lint")
 @click.argument("dirs", nargs=-1, type=click.Path(file_okay=False, path_type=Path))
 def lint(dirs: tuple[Path, ...]) -> None:
-    """Load the builtin packs and DIRS; every pattern must compile on both matching paths."""
+    """Load the builtin packs and DIRS; every pattern must compile on both matching paths,
+    with no nested unbounded quantifier or backreference; the code catalogues must name
+    known categories, list each code once and cite a source."""
     rules = _load(dirs)
-    problems = []
+    problems = rule_problems(rules.text) + catalogue_problems(list(rules.catalogue_dirs))
     for rule in rules.text:
         error = hyperscan_error(rule.pattern)
         if error:

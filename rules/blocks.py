@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from ascend_doctor.core.events import Finding, LogChunk, LogLine, Role
+from ascend_doctor.core.events import Finding, LogChunk, LogLine
 
 MAX_BLOCK_LINES = 60
 
@@ -63,29 +63,52 @@ def _lines_around(data: bytes, start: int) -> tuple[int, int] | None:
     return first, last_end
 
 
-def merge_blocks(data: bytes, chunk: LogChunk, found: list[tuple[int, Finding]]) -> list[Finding]:
-    """Merge findings whose lines lie in one CANN block; others pass unchanged."""
-    out: list[Finding] = []
+def block_around(data: bytes, start: int) -> tuple[int, int] | None:
+    """(first, end) byte range of the CANN block holding the line at ``start``, if any."""
+    return _lines_around(data, start)
+
+
+def merge_blocks(
+    data: bytes, chunk: LogChunk, found: list[tuple[int, Finding, tuple[object, ...]]]
+) -> list[tuple[Finding, int, int]]:
+    """Merge findings whose lines lie in one CANN block; others pass unchanged.
+
+    ``found`` is (line start, finding, priority) in line order, one per line; a block keeps
+    its best finding (lowest priority: root before symptom, a specific code or phrase before
+    a generic code, worse severity first) with every line of the block as evidence. Returns
+    (finding, first byte, end byte) of what each finding covers. Line numbers are left 0:
+    the engine numbers every evidence line in one pass.
+    """
+    out: list[tuple[Finding, int, int]] = []
     block: tuple[int, int] | None = None
-    members: list[Finding] = []
+    members: list[tuple[int, Finding, tuple[object, ...]]] = []
 
     def flush() -> None:
         if not members:
             return
         if block is None or (len(members) == 1 and not _multi_line(data, block)):
-            out.extend(members)
+            for start, finding, _ in members:
+                end = data.find(b"\n", start)
+                out.append((finding, start, len(data) if end < 0 else end))
         else:
-            best = min(members, key=lambda f: (f.role != Role.ROOT, -f.severity, f.offset))
-            out.append(dataclasses.replace(best, evidence=_evidence(data, chunk, block, best)))
+            ranked = sorted(members, key=lambda m: m[2])
+            best = ranked[0][1]
+            # a rule's phrase beats a code of the same category: its summary has the captures
+            best = next(
+                (f for _, f, k in ranked if f.category == best.category and k[3] == 0), best
+            )
+            out.append(
+                (dataclasses.replace(best, evidence=_evidence(data, chunk, block, best)), *block)
+            )
         members.clear()
 
-    for start, finding in found:
+    for start, finding, key in found:
         if block is not None and block[0] <= start <= block[1]:
-            members.append(finding)
+            members.append((start, finding, key))
             continue
         flush()
         block = _lines_around(data, start)
-        members.append(finding)
+        members.append((start, finding, key))
     flush()
     return out
 
@@ -102,12 +125,11 @@ def _evidence(
     while pos <= block[1]:
         end = data.find(b"\n", pos)
         end = len(data) if end < 0 else end
-        number = chunk.first_line + data.count(b"\n", 0, pos) if chunk.first_line else 0
         text = data[pos:end].decode("utf-8", "replace").rstrip("\r")
-        lines.append(LogLine(chunk.path, chunk.offset + pos, text, number))
+        lines.append(LogLine(chunk.path, chunk.offset + pos, text, 0))
         pos = end + 1
     matched = [ln for ln in lines if ln.offset == best.offset]
     return tuple(matched + [ln for ln in lines if ln.offset != best.offset])
 
 
-__all__ = ["merge_blocks"]
+__all__ = ["MAX_BLOCK_LINES", "block_around", "merge_blocks"]

@@ -13,10 +13,28 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ascend_doctor.core.events import Finding, LogChunk, LogLine, Sample
+from ascend_doctor.core.events import (
+    Category,
+    Finding,
+    LogChunk,
+    Role,
+    Sample,
+)
 from ascend_doctor.rules.blocks import merge_blocks
-from ascend_doctor.rules.loader import Rule, RuleSet, ThresholdRule
+from ascend_doctor.rules.catalogue import Catalogues, load_catalogues
+from ascend_doctor.rules.codes import CODE_KEYS, CodeIndex
+from ascend_doctor.rules.findings import (
+    code_finding,
+    context_evidence,
+    end_of,
+    kept,
+    numbered,
+    unexplained,
+)
+from ascend_doctor.rules.loader import QUIET_WINDOW, Rule, RuleSet, ThresholdRule
 from ascend_doctor.rules.matcher import make_prefilter
+from ascend_doctor.rules.parse import is_request_log
+from ascend_doctor.rules.unrecognised import UNIT_KEYS, Templates
 
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
     "==": operator.eq,
@@ -59,8 +77,18 @@ def _text(value: Any) -> str:
     return str(value)
 
 
+MAX_LINE = 32768
+"""The confirming regex of a rule looks at most this many bytes of a line."""
+
+CODE_SOURCES = ("server", "plog", "device", "slog", "host")
+UNIT_SOURCES = ("server", "plog", "device", "slog")
+"""Streams whose unexplained error lines become ``unrecognised`` findings (the host's
+kernel log has its own reader)."""
+"""Streams whose lines are searched for catalogued codes."""
+
+
 class Engine:
-    """Matches chunks against text rules and samples against threshold rules."""
+    """Matches chunks against text rules, code catalogues and samples against threshold rules."""
 
     def __init__(
         self,
@@ -70,6 +98,8 @@ class Engine:
         context_after: int = 3,
         clock: Callable[[], float] = time.time,
         matcher: str = "auto",
+        catalogues: Catalogues | None = None,
+        unrecognised: bool = True,
     ) -> None:
         self.rules = rules
         self.context_before = context_before
@@ -80,55 +110,104 @@ class Engine:
             for source in rule.sources:
                 by_source[source].append(rule)
         self._by_source = dict(by_source)
-        self._prefilters = {s: make_prefilter(r, matcher) for s, r in by_source.items()}
+        # codes and error lines are found in the same pass as the rules: two extra patterns
+        self._prefilters = {
+            s: make_prefilter(by_source.get(s, []), matcher, (CODE_KEYS, UNIT_KEYS))
+            for s in sorted(set(by_source) | set(CODE_SOURCES))
+        }
         self.matcher = next(iter(self._prefilters.values())).name if self._prefilters else "re"
+        if catalogues is None:
+            catalogues = load_catalogues(list(rules.catalogue_dirs))
+        self._codes = CodeIndex(catalogues)
+        self._templates = Templates() if unrecognised else None
         self._firing: set[tuple[str, str]] = set()
         self._since: dict[tuple[str, str], float] = {}
         self.lines_scanned = 0
         self.matches = 0
 
     def scan(self, chunk: LogChunk) -> list[Finding]:
-        """Findings in one chunk, in file order; a CANN error block is one finding."""
+        """Findings in one chunk, in file order; a CANN error block is one finding.
+
+        Rule matches and catalogued codes are gathered first (one per line: the best),
+        blocks are merged, then every error unit nothing explained becomes an
+        ``unrecognised`` finding. Request-log lines are never evidence.
+        """
         data = chunk.data
         self.lines_scanned += data.count(b"\n")
+        hits: dict[int, list[tuple[tuple[object, ...], Finding]]] = {}
+        request_log: dict[int, bool] = {}
+
+        def echo(start: int, end: int) -> bool:
+            if start not in request_log:
+                request_log[start] = is_request_log(data[start:end])
+            return request_log[start]
+
+        def keep(start: int, key: tuple[object, ...], finding: Finding) -> None:
+            hits.setdefault(start, []).append((key, finding))
+
         prefilter = self._prefilters.get(chunk.source)
-        if prefilter is None:
-            return []
-        rules = self._by_source[chunk.source]
-        found: list[tuple[int, int, Finding]] = []
-        for index, start in prefilter.candidates(data):
-            rule = rules[index]
-            end = data.find(b"\n", start)
-            m = rule.regex.search(data, start, end if end >= 0 else len(data))
-            if m is None:
-                continue  # the prefilter's match spanned lines; the rule did not match this one
-            found.append((start, index, self._finding(rule, chunk, m.groupdict(), start)))
-        found.sort(key=lambda item: (item[0], item[1]))
-        findings = merge_blocks(data, chunk, [(start, f) for start, _, f in found])
+        code_lines: list[int] = []
+        unit_lines: list[int] = []
+        quiet: set[int] = set()
+        if prefilter is not None:
+            rules = self._by_source.get(chunk.source, [])
+            for index, start in prefilter.candidates(data):
+                if index >= len(rules):
+                    (code_lines if index == len(rules) else unit_lines).append(start)
+                    continue
+                rule = rules[index]
+                end = end_of(data, start)
+                m = rule.regex.search(data, start, min(end, start + MAX_LINE))
+                if m is None or echo(start, end):
+                    continue  # a match across lines, or a prompt quoting an error
+                if rule.quiet_after is not None and rule.quiet_after.search(
+                    data, max(0, start - QUIET_WINDOW), start
+                ):
+                    quiet.add(start)  # expected here: no finding, no unrecognised error
+                    continue
+                key = (rule.role != Role.ROOT, rule.generic, -rule.severity, 0, index)
+                keep(start, key, self._finding(rule, chunk, m.groupdict(), start))
+        coded_errors: set[int] = set()
+        for line_start in sorted(set(code_lines)) if chunk.source in CODE_SOURCES else ():
+            for hit in self._codes.scan(data, line_start, end_of(data, line_start)):
+                entry = hit.entry
+                start = data.rfind(b"\n", 0, hit.start) + 1
+                if echo(start, end_of(data, start)):
+                    continue
+                if entry.category == Category.UNRECOGNISED:
+                    # a code naming no failure family: the line is an error unit
+                    coded_errors.add(start)
+                    continue
+                key = (entry.role != Role.ROOT, entry.generic, -entry.severity, 1, 0)
+                evidence = context_evidence(chunk, start, self.context_before, self.context_after)
+                keep(start, key, code_finding(hit, chunk, start, self._clock, evidence))
+        found = [
+            (start, finding, key)
+            for start, line_hits in sorted(hits.items())
+            for key, finding in kept(line_hits)
+        ]
+        merged = merge_blocks(data, chunk, found)
+        findings = [f for f, _, _ in merged]
+        if self._templates is not None and chunk.source in UNIT_SOURCES:
+            extra = unexplained(
+                chunk,
+                merged,
+                self._templates,
+                self._clock,
+                self.context_after,
+                sorted(set(unit_lines)),
+                frozenset(coded_errors),
+                frozenset(quiet),
+            )
+            findings = sorted(findings + extra, key=lambda f: f.offset)
+        findings = numbered(chunk, findings)
         self.matches += len(findings)
         return findings
 
     def _finding(
         self, rule: Rule, chunk: LogChunk, groups: dict[str, bytes | None], start: int
     ) -> Finding:
-        data = chunk.data
         captures = {k: v.decode("utf-8", "replace") for k, v in groups.items() if v is not None}
-        evidence = [_line_at(chunk, start)]
-        # context after, then before, bounded by the chunk
-        pos = data.find(b"\n", start) + 1
-        for _ in range(self.context_after):
-            if pos <= 0 or pos >= len(data):
-                break
-            evidence.append(_line_at(chunk, pos))
-            pos = data.find(b"\n", pos) + 1
-        before: list[LogLine] = []
-        pos = start
-        for _ in range(self.context_before):
-            if pos <= 0:
-                break
-            prev = data.rfind(b"\n", 0, pos - 1) + 1
-            before.insert(0, _line_at(chunk, prev))
-            pos = prev
         return Finding(
             rule=rule.id,
             category=rule.category,
@@ -138,7 +217,7 @@ class Engine:
             summary=fill(rule.summary, captures),
             at=self._clock(),
             captures=captures,
-            evidence=(evidence[0], *before, *evidence[1:]),
+            evidence=context_evidence(chunk, start, self.context_before, self.context_after),
             path=chunk.path,
             offset=chunk.offset + start,
             file_id=chunk.file_id or chunk.path,
@@ -190,20 +269,6 @@ def _holds(rule: ThresholdRule, values: dict[str, Any]) -> bool:
         except TypeError:
             return False
     return True
-
-
-def _line_at(chunk: LogChunk, start: int) -> LogLine:
-    end = chunk.data.find(b"\n", start)
-    raw = chunk.data[start : end if end >= 0 else len(chunk.data)]
-    line = 0
-    if chunk.first_line:
-        line = chunk.first_line + chunk.data.count(b"\n", 0, start)
-    return LogLine(
-        path=chunk.path,
-        offset=chunk.offset + start,
-        text=raw.decode("utf-8", "replace").rstrip("\r"),
-        line=line,
-    )
 
 
 __all__ = ["Engine", "fill"]

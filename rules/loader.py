@@ -21,6 +21,7 @@ OPS = ("==", "!=", ">", ">=", "<", "<=")
 
 _TEXT_KEYS = (
     "id category severity role source pattern subject summary explain remediation examples docs"
+    " generic quiet_after"
 ).split()
 _THRESHOLD_KEYS = (
     "id category severity role source when subject summary explain remediation examples docs"
@@ -57,6 +58,17 @@ class Rule:
     """``match`` lines and ``no_match`` near misses."""
     file: str = ""
     """Where the rule was loaded from, ``file:line``."""
+    generic: bool = False
+    """A catch-all phrase (a failed call, a wrapper line): yields to a specific code or phrase
+    on the same line or in the same block."""
+    quiet_after: re.Pattern[bytes] | None = None
+    """A line that makes a match expected: a match within ``QUIET_WINDOW`` bytes after a line
+    matching this is no finding and no unrecognised error (an engine 'died' right after its
+    own clean shutdown)."""
+
+
+QUIET_WINDOW = 2048
+"""How far back, in bytes of the same chunk, ``quiet_after`` looks."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +109,8 @@ class RuleSet:
     """Text rules."""
     thresholds: tuple[ThresholdRule, ...]
     """Sample rules."""
+    catalogue_dirs: tuple[Path, ...] = ()
+    """Site code catalogues (a ``catalogues/`` folder in a site rules directory)."""
 
 
 class _LineLoader(yaml.SafeLoader):
@@ -123,7 +137,8 @@ def load_rules(dirs: list[Path] | None = None) -> RuleSet:
     A site rule with the id of a loaded rule overrides the fields it names (the rest
     stay as shipped); a new id adds a rule; ``disable: [ids]`` at the top of a site
     file removes rules. Unknown ids in ``disable`` are an error (a typo would
-    otherwise silently keep a rule on).
+    otherwise silently keep a rule on). A ``catalogues/`` folder in a site directory adds
+    code catalogues (same format as the shipped ones; a code may not be defined twice).
     """
     text: dict[str, Rule] = {}
     thresholds: dict[str, ThresholdRule] = {}
@@ -133,7 +148,8 @@ def load_rules(dirs: list[Path] | None = None) -> RuleSet:
             raise RuleError(f"{d}: rules directory does not exist")
         for path in sorted(d.glob("*.yaml")):
             _load_file(path, text, thresholds, raws, site=d != builtin_pack_dir())
-    return RuleSet(tuple(text.values()), tuple(thresholds.values()))
+    catalogues = tuple(d / "catalogues" for d in dirs or [] if (d / "catalogues").is_dir())
+    return RuleSet(tuple(text.values()), tuple(thresholds.values()), catalogues)
 
 
 def _load_file(
@@ -256,7 +272,26 @@ def _text(raw: dict[str, Any], rid: str, where: str) -> Rule:
     if not isinstance(examples, dict) or not examples.get("match"):
         raise RuleError(f"{where}: rule '{rid}' needs examples with at least one 'match' line")
     ex = {k: tuple(str(x) for x in examples.get(k) or ()) for k in ("match", "no_match")}
-    return Rule(pattern=pattern, regex=regex, examples=ex, **common)
+    generic = raw.get("generic", False)
+    if not isinstance(generic, bool):
+        raise RuleError(f"{where}: rule '{rid}' key 'generic' is {generic!r}: expected true/false")
+    quiet = raw.get("quiet_after")
+    quiet_regex = None
+    if quiet is not None:
+        if not isinstance(quiet, str) or not quiet:
+            raise RuleError(f"{where}: rule '{rid}' key 'quiet_after' must be a pattern")
+        try:
+            quiet_regex = re.compile(quiet.encode("utf-8"))
+        except re.error as exc:
+            raise RuleError(f"{where}: rule '{rid}' quiet_after does not compile: {exc}") from None
+    return Rule(
+        pattern=pattern,
+        regex=regex,
+        examples=ex,
+        generic=generic,
+        quiet_after=quiet_regex,
+        **common,
+    )
 
 
 def _threshold(raw: dict[str, Any], rid: str, where: str) -> ThresholdRule:

@@ -63,14 +63,17 @@ class RePrefilter:
 
     name = "re"
 
-    def __init__(self, rules: Sequence[Rule]) -> None:
+    def __init__(self, rules: Sequence[Rule], extras: Sequence[str] = ()) -> None:
         self.rules = list(rules)
+        self._regexes = [r.regex for r in self.rules] + [
+            re.compile(e.encode("utf-8")) for e in extras
+        ]
 
     def candidates(self, data: bytes) -> list[tuple[int, int]]:
         out: list[tuple[int, int]] = []
-        for i, rule in enumerate(self.rules):
+        for i, regex in enumerate(self._regexes):
             last = -1
-            for m in rule.regex.finditer(data):
+            for m in regex.finditer(data):
                 # the line where the match ends: what hyperscan reports without start-of-match
                 start = _line_start(data, max(m.start(), m.end() - 1))
                 if start != last:
@@ -84,19 +87,20 @@ class HyperscanPrefilter:
 
     name = "hyperscan"
 
-    def __init__(self, rules: Sequence[Rule]) -> None:
+    def __init__(self, rules: Sequence[Rule], extras: Sequence[str] = ()) -> None:
         import hyperscan
 
         self.rules = list(rules)
         self._db: Any = None
-        if not self.rules:
+        patterns = [r.pattern for r in self.rules] + list(extras)
+        if not patterns:
             return
         db = hyperscan.Database()
         db.compile(
-            expressions=[hyperscan_pattern(r.pattern) for r in self.rules],
-            ids=list(range(len(self.rules))),
-            elements=len(self.rules),
-            flags=[0] * len(self.rules),
+            expressions=[hyperscan_pattern(p) for p in patterns],
+            ids=list(range(len(patterns))),
+            elements=len(patterns),
+            flags=[0] * len(patterns),
         )
         self._db = db
         self._scratch = hyperscan.Scratch(db)
@@ -117,12 +121,16 @@ class HyperscanPrefilter:
         return out
 
 
-def make_prefilter(rules: Sequence[Rule], mode: str) -> Prefilter:
-    """``auto`` picks hyperscan when installed and every pattern compiles, else ``re``."""
+def make_prefilter(rules: Sequence[Rule], mode: str, extras: Sequence[str] = ()) -> Prefilter:
+    """``auto`` picks hyperscan when installed and every pattern compiles, else ``re``.
+
+    ``extras`` are further patterns scanned in the same pass; their candidates carry the
+    index ``len(rules) + k`` (the engine uses them to find lines with codes and error lines).
+    """
     if mode == "re":
-        return RePrefilter(rules)
+        return RePrefilter(rules, extras)
     try:
-        return HyperscanPrefilter(rules)
+        return HyperscanPrefilter(rules, extras)
     except ImportError:
         if mode == "hyperscan":
             raise
@@ -130,7 +138,7 @@ def make_prefilter(rules: Sequence[Rule], mode: str) -> Prefilter:
         if mode == "hyperscan":
             raise
         log.warning("hyperscan cannot compile the rules (%s); using Python re", exc)
-    return RePrefilter(rules)
+    return RePrefilter(rules, extras)
 
 
 __all__ = [

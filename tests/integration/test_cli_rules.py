@@ -48,6 +48,23 @@ def test_lint_names_file_rule_and_reason(tmp_path: Path) -> None:
     assert "bad.yaml:2: rule 'site-lookbehind': hyperscan cannot compile" in out.stderr
 
 
+def test_lint_refuses_unsafe_patterns_and_bad_catalogues(tmp_path: Path) -> None:
+    (tmp_path / "risky.yaml").write_text(
+        "rules:\n  - id: site-nested\n    category: npu_oom\n    severity: error\n"
+        "    source: server\n    pattern: '(a+)+b'\n    summary: s\n    explain: e\n"
+        "    examples: {match: [aab]}\n"
+    )
+    (tmp_path / "catalogues").mkdir()
+    (tmp_path / "catalogues" / "acl_site.yaml").write_text(
+        "kind: acl\ncodes:\n  - code: 999001\n    category: npu_oom\n"
+        "    severity: error\n    role: root\n    meaning: m\n"
+    )
+    out = doctor("rules", "lint", str(tmp_path))
+    assert out.returncode == 1
+    assert "rule 'site-nested'" in out.stderr and "nested" in out.stderr
+    assert "acl_site.yaml:3: entry has no 'source'" in out.stderr
+
+
 def test_rules_test_reports_a_failing_example(tmp_path: Path) -> None:
     (tmp_path / "bad.yaml").write_text(
         "rules:\n  - id: site-x\n    category: npu_oom\n    severity: error\n"

@@ -1,0 +1,148 @@
+"""Codes in every printed form, looked up in the catalogues.
+
+One scan of a chunk finds every code, whatever form prints it:
+
+- ACL/runtime return codes: ``error code is 507035``, ``error code:507035``,
+  ``runtime result = 507014``, ``ret=507033``, ``error_code: N``, ``result = N``,
+  ``ErrCode=107001``, ``errorCode = 507033``, ``error no is 561103``, ``return: 507015``,
+  ``rtKernelLaunchWithHandleV2 failed: 507035``;
+- runtime reason texts: ``reason=[aicore timeout]``, ``reason=lost heartbeat[FUNC:...]``;
+- torch_npu's English text of a code: ``[Error]: The aicore execution times out.``;
+- CANN error-message codes: ``EL0004: ...``, ``EE9999[PID: ...]``,
+  ``Memory_Allocation_Failure(EL0004)``;
+- HCCL results: ``HCCL function error: <call>, error code is 11``, ``hcclRet -> 19``,
+  ``errNo[0x0000000005010009]``;
+- NPU device fault codes: ``Error Code : 80E01801``, ``event_id=0x80e18005``, ``fault code 0x...``;
+- dcmi returns: ``ret is -8005``, ``ret=-8020``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from ascend_doctor.rules.catalogue import Catalogues, Entry
+
+# The number is checked against the catalogue: a keyword before a six-digit number is not
+# enough by itself (a port, a pid), so unknown numbers are dropped.
+_ACL = (
+    rb"(?:error code(?: is|\s?[:=])|error_code\s?[:=]|errorCode\s?[:=]|ErrCode\s?=|result\s?="
+    rb"|ret(?:Code)?\s?[:=]|error no is|return:|failed:|errno\[)\s?(?P<acl>[1-5]\d{5})(?!\d)"
+)
+_REASON = rb"reason=\[?(?P<reason>[a-zA-Z][\w :+/-]{2,60}?)(?:\]|\[FUNC|$|\.\s|\.$)"
+_ERRTEXT = rb"\[Error\]: (?P<errtext>[A-Z][^\n\[]{4,160}?\.)\s*(?:$|\[|\n)"
+_CANN = rb"(?<![\w.])(?P<cann>E[0-9A-Z]\d{4})(?=[:\[)\]]|\s|$|\.(?!\d))"
+_HCCL = (
+    rb"(?:HCCL function error: [^\n]{0,200}?, error code is |OPS function error: Hccl\w{1,40}, "
+    rb"error code is |hcclRet -> |failed[^\n]{0,80}?\bret\[)(?P<hccl>\d{1,2})(?!\d)"
+)
+# HCCL's plog prints its result as errNo[0x%016llx]: the module id (5) in bits 24-31, the
+# submodule (HCCL 0, HCOM 1) in bits 16-23 and the HcclResult in the low bits
+# (hicann/hccl src/common/log.h HCCL_ERROR_CODE)
+_HCCL_ERRNO = rb"errNo\[0x(?P<hcclerr>0{8}0[05]0[01]00[0-9a-fA-F]{2})\]"
+_FAULT = (
+    rb"(?:[Ee]vent[ _]?[Ii][Dd]\s?[:=]\s?\[?|[Ee]rror [Cc]ode\s{0,40}:\s{0,3}"
+    rb"|[Ff]ault[ _]?[Cc]ode\s?[:=]?\s?)"
+    rb"(?:0x)?(?P<fault>[0-9A-Fa-f]{8})(?![0-9A-Fa-f])"
+)
+_DCMI = rb"(?:ret(?: is|\s?[:=])|error code)\s?(?P<dcmi>-8\d{3}|-9999\d)(?!\d)"
+
+CODE_PATTERN = re.compile(
+    b"|".join((_ACL, _REASON, _ERRTEXT, _CANN, _HCCL, _HCCL_ERRNO, _FAULT, _DCMI)), re.MULTILINE
+)
+"""Every form at once: one pass over a chunk (C speed)."""
+
+CODE_KEYS = (
+    r"error code|error_code|errorCode|ErrCode|result ?=|ret(?:Code)? ?[:=]|error no is|return:"
+    r"|failed:|errno\[|errNo\[|reason=|\[Error\]: |HCCL function error|OPS function error|hcclRet"
+    r"|ret\[|[Ee]vent[ _]?[Ii][Dd]|[Ee]rror [Cc]ode|[Ff]ault[ _]?[Cc]ode|ret is"
+    r"|E[0-9A-Z][0-9]{4}"
+)
+"""Words that stand before (or are) a code: a line holding none has no code. Scanned with the
+rules in one pass; only the lines it finds are searched with ``CODE_PATTERN``."""
+
+_GROUP_KIND = {
+    "acl": "acl",
+    "reason": "runtime_reason",
+    "errtext": "acl",
+    "cann": "cann",
+    "hccl": "hccl",
+    "hcclerr": "hccl",
+    "fault": "device_fault",
+    "dcmi": "dcmi",
+}
+
+DEVICE = re.compile(
+    rb"(?:Device\[(\d+)\]|device_id=(\d+)|\(device=(\d+)|[Dd]evice (\d+)\b|chipId:(\d+)"
+    rb"|Device:(\d+)|NPU (\d+)\b|device\((\d+)\))"
+)
+"""Where a line names its device: runtime, driver, torch_npu and npu-smi forms."""
+
+
+@dataclass(frozen=True, slots=True)
+class CodeHit:
+    """A code found in a chunk, with its catalogue entry."""
+
+    start: int
+    """Byte offset of the match in the chunk."""
+    entry: Entry
+    """What the code means."""
+    printed: str
+    """The code as printed (for the summary)."""
+
+
+class CodeIndex:
+    """The catalogues, ready for one-pass lookup (torch_npu texts resolve to ACL codes)."""
+
+    def __init__(self, catalogues: Catalogues) -> None:
+        self.catalogues = catalogues
+        # torch_npu prints "[Error]: <the code's first sentence>"; a sentence several codes
+        # share names the code only when they all mean the same category.
+        texts: dict[str, list[Entry]] = {}
+        for entry in catalogues.by_kind.get("acl", {}).values():
+            texts.setdefault(_norm(entry.meaning), []).append(entry)
+        self._texts = {t: es[0] for t, es in texts.items() if len({e.category for e in es}) == 1}
+
+    def lookup(self, group: str, value: str) -> Entry | None:
+        """The entry a matched group names, if the catalogue knows it."""
+        if group == "errtext":
+            return self._texts.get(_norm(value))
+        kind = _GROUP_KIND[group]
+        if group == "hcclerr":
+            return self.catalogues.get(kind, str(int(value, 16) & 0xFF))
+        if kind == "runtime_reason":
+            # newer runtimes print a driver reason without its "driver error:" prefix
+            reason = value.strip().lower()
+            return self.catalogues.get(kind, reason) or self.catalogues.get(
+                kind, "driver error:" + reason
+            )
+        if kind == "device_fault":
+            return self.catalogues.get(kind, value.upper())
+        return self.catalogues.get(kind, value)
+
+    def scan(self, data: bytes, start: int = 0, end: int | None = None) -> Iterator[CodeHit]:
+        """Every known code in ``data[start:end]``."""
+        for m in CODE_PATTERN.finditer(data, start, len(data) if end is None else end):
+            group = m.lastgroup
+            if group is None:
+                continue
+            value = m.group(group).decode("utf-8", "replace")
+            entry = self.lookup(group, value)
+            if entry is not None:
+                yield CodeHit(m.start(), entry, value)
+
+
+def device_of(line: bytes) -> str:
+    """The device a line names, or empty."""
+    m = DEVICE.search(line)
+    if m is None:
+        return ""
+    return next(g.decode() for g in m.groups() if g is not None)
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.split()).rstrip(".").lower()
+
+
+__all__ = ["CODE_KEYS", "CODE_PATTERN", "DEVICE", "CodeHit", "CodeIndex", "device_of"]

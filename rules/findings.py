@@ -1,0 +1,265 @@
+"""Building findings: evidence lines, code findings, unrecognised units, line numbers.
+
+Helpers of the engine; pure functions over a chunk's bytes.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import re
+from collections.abc import Callable
+
+from ascend_doctor.core.events import Category, Finding, LogChunk, LogLine, Role, Severity
+from ascend_doctor.rules.codes import CodeHit, device_of
+from ascend_doctor.rules.parse import parse
+from ascend_doctor.rules.unrecognised import Templates, Unit, error_units
+
+_DEVICE_CATEGORIES = frozenset(
+    {Category.DEVICE_FAULT, Category.DEVICE_UNAVAILABLE, Category.AICORE_ERROR}
+)
+
+
+def kept(
+    line_hits: list[tuple[tuple[object, ...], Finding]],
+) -> list[tuple[tuple[object, ...], Finding]]:
+    """What a line keeps: every rule match; a code only where no rule of its category
+    matched (the rule's summary carries the captures), one per category; a generic match
+    only where nothing specific did."""
+    ordered = sorted(line_hits, key=lambda h: h[0])
+    specific = any(not key[1] for key, _ in ordered)
+    categories = {f.category for key, f in ordered if key[3] == 0 and not (key[1] and specific)}
+    out: list[tuple[tuple[object, ...], Finding]] = []
+    for key, finding in ordered:
+        if key[1] and specific:
+            continue
+        if key[3] == 1:
+            if finding.category in categories:
+                continue
+            categories.add(finding.category)
+        out.append((key, finding))
+    return sorted(out, key=lambda h: h[1].rule)
+
+
+def end_of(data: bytes, start: int) -> int:
+    end = data.find(b"\n", start)
+    return len(data) if end < 0 else end
+
+
+# an exception that names the CANN error block printed right below it
+# ("RuntimeError: call aclnnX failed, detail:EZ9999: Inner Error!")
+_NAMES_BLOCK = re.compile(rb"E[0-9A-Z]\d{4}: Inner Error!?\s*$|detail:\s*E[0-9A-Z]\d{4}")
+
+
+def before_lines(data: bytes, start: int, n: int) -> int:
+    pos = start
+    for _ in range(n):
+        if pos <= 0:
+            return 0
+        pos = data.rfind(b"\n", 0, pos - 1) + 1
+    return pos
+
+
+def after_lines(data: bytes, start: int, n: int) -> int:
+    pos = start
+    for _ in range(n):
+        pos = data.find(b"\n", pos) + 1
+        if pos <= 0:
+            return len(data)
+    return pos
+
+
+def line_at(chunk: LogChunk, start: int) -> LogLine:
+    """The line at ``start``, its number left 0 for ``_numbered``."""
+    raw = chunk.data[start : end_of(chunk.data, start)]
+    return LogLine(
+        path=chunk.path,
+        offset=chunk.offset + start,
+        text=raw.decode("utf-8", "replace").rstrip("\r"),
+        line=0,
+    )
+
+
+def numbered(chunk: LogChunk, findings: list[Finding]) -> list[Finding]:
+    """Number every evidence line in one pass over the chunk: the newlines are counted
+    between consecutive offsets in sorted order, so the cost stays linear in bytes however
+    many lines are evidence."""
+    if not chunk.first_line or not findings:
+        return findings
+    offsets = sorted({e.offset - chunk.offset for f in findings for e in f.evidence})
+    numbers: dict[int, int] = {}
+    line, pos = chunk.first_line, 0
+    for off in offsets:
+        line += chunk.data.count(b"\n", pos, off)
+        pos = off
+        numbers[off] = line
+    return [
+        dataclasses.replace(
+            f,
+            evidence=tuple(
+                dataclasses.replace(e, line=numbers[e.offset - chunk.offset]) for e in f.evidence
+            ),
+        )
+        for f in findings
+    ]
+
+
+def context_evidence(
+    chunk: LogChunk, start: int, before_n: int, after_n: int
+) -> tuple[LogLine, ...]:
+    """The line at ``start`` first, then ``before_n`` lines before and ``after_n`` after."""
+    data = chunk.data
+    evidence = [line_at(chunk, start)]
+    pos = end_of(data, start) + 1
+    for _ in range(after_n):
+        if pos <= 0 or pos >= len(data):
+            break
+        evidence.append(line_at(chunk, pos))
+        pos = end_of(data, pos) + 1
+    before: list[LogLine] = []
+    pos = start
+    for _ in range(before_n):
+        if pos <= 0:
+            break
+        prev = data.rfind(b"\n", 0, pos - 1) + 1
+        before.insert(0, line_at(chunk, prev))
+        pos = prev
+    return (evidence[0], *before, *evidence[1:])
+
+
+def unexplained(
+    chunk: LogChunk,
+    merged: list[tuple[Finding, int, int]],
+    templates: Templates,
+    clock: Callable[[], float],
+    after_n: int,
+    candidates: list[int] | None = None,
+    forced: frozenset[int] = frozenset(),
+    quiet: frozenset[int] = frozenset(),
+) -> list[Finding]:
+    """An ``unrecognised`` finding for every error unit no finding of ``merged`` explains
+    (``quiet`` lines are expected where they are: no unit holding one is reported)."""
+    data = chunk.data
+    covered = sorted((first, end) for _, first, end in merged)
+    starts = [first for first, _ in covered]
+    units = error_units(data, chunk.source, candidates, forced)
+    out = []
+    for i, unit in enumerate(units):
+        if unit.key_line in quiet or unit.first in quiet:
+            continue
+        nxt = units[i + 1] if i + 1 < len(units) else None
+        if (
+            nxt is not None
+            and nxt.first <= after_lines(data, unit.last, 1)
+            and _NAMES_BLOCK.search(data, unit.key_line, end_of(data, unit.key_line))
+        ):
+            continue  # the block below speaks for it: explained there, or reported there
+        # a unit is explained by a finding inside it or right after it, up to the next
+        # unit (an exception's message and CANN block follow its exception line)
+        stop = units[i + 1].first if i + 1 < len(units) else len(data)
+        stop = min(stop, after_lines(data, unit.last, 30))
+        j = bisect.bisect_left(starts, unit.first)
+        if j < len(starts) and starts[j] < max(stop, unit.last + 1):
+            continue
+        if j > 0 and covered[j - 1][1] >= unit.key_line:
+            continue  # inside a block a finding already holds
+        if not unit.severe and j > 0 and covered[j - 1][1] >= before_lines(data, unit.first, 3):
+            continue  # a wrapper line right after an explained error ("ERR00100 ...")
+        out.append(unit_finding(chunk, unit, templates, clock, after_n))
+    return out
+
+
+def unit_finding(
+    chunk: LogChunk, unit: Unit, templates: Templates, clock: Callable[[], float], after_n: int
+) -> Finding:
+    """One error unit as an ``unrecognised`` finding; its summary is its template."""
+    data = chunk.data
+    line = data[unit.key_line : end_of(data, unit.key_line)]
+    text = line[parse(line).message :].decode("utf-8", "replace").strip()
+    template, template_id = templates.template(text)
+    evidence = [line_at(chunk, unit.key_line)]
+    if unit.first != unit.key_line:
+        evidence.append(line_at(chunk, unit.first))
+    pos = end_of(data, unit.key_line) + 1
+    for _ in range(after_n):
+        if pos >= len(data):
+            break
+        evidence.append(line_at(chunk, pos))
+        pos = end_of(data, pos) + 1
+    return Finding(
+        rule="unrecognised",
+        category=Category.UNRECOGNISED,
+        severity=(
+            Severity.INFO if unit.request else Severity.ERROR if unit.severe else Severity.WARNING
+        ),
+        role=Role.SYMPTOM,
+        subject="server",
+        summary=template,
+        at=clock(),
+        captures={"template_id": template_id, "template": template, "message": text},
+        evidence=tuple(evidence),
+        path=chunk.path,
+        offset=chunk.offset + unit.key_line,
+        file_id=chunk.file_id or chunk.path,
+        remediation=(),
+        explain=(
+            "An error no rule or code catalogue explains. The same error repeated is one "
+            "template (template_id); its exact text is the evidence. No remediation is "
+            "ever planned from it."
+        ),
+    )
+
+
+def code_finding(
+    hit: CodeHit,
+    chunk: LogChunk,
+    start: int,
+    clock: Callable[[], float],
+    evidence: tuple[LogLine, ...],
+) -> Finding:
+    """A catalogued code as a finding: its category, meaning and remediation."""
+    entry = hit.entry
+    data = chunk.data
+    line = data[start : end_of(data, start)]
+    device = device_of(line) if entry.category in _DEVICE_CATEGORIES else ""
+    label = {"acl": "ACL", "cann": "CANN", "hccl": "HCCL", "device_fault": "NPU fault"}
+    name = f" {entry.name}" if entry.name and entry.kind != "cann" else ""
+    printed = entry.code if entry.kind != "cann" else f"{entry.code} {entry.name}".strip()
+    summary = f"{label.get(entry.kind, entry.kind)} {printed}{name}: {entry.meaning}"
+    if entry.level:
+        summary += f" (fault level {entry.level})"
+    captures = {"code": entry.code, "kind": entry.kind, "printed": hit.printed}
+    if device:
+        captures["device"] = device
+    if entry.level:
+        captures["level"] = entry.level
+    return Finding(
+        rule=f"code:{entry.kind}:{entry.code}",
+        category=entry.category,
+        severity=entry.severity,
+        role=entry.role,
+        subject=f"npu{device}" if device else "server",
+        summary=summary,
+        at=clock(),
+        captures=captures,
+        evidence=evidence,
+        path=chunk.path,
+        offset=chunk.offset + start,
+        file_id=chunk.file_id or chunk.path,
+        remediation=entry.remediation,
+        explain=f"{entry.meaning} Source: {', '.join(entry.sources)}",
+    )
+
+
+__all__ = [
+    "after_lines",
+    "before_lines",
+    "code_finding",
+    "context_evidence",
+    "end_of",
+    "kept",
+    "line_at",
+    "numbered",
+    "unexplained",
+    "unit_finding",
+]

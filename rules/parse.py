@@ -1,0 +1,174 @@
+"""Line parsers: the prefixes and header each source puts before a message, read as fields.
+
+A line may carry, outermost first: a kubelet/CRI prefix (``2026-01-02T03:04:05.6Z stdout F``),
+a timestamp from ``docker logs -t``, a ``kubectl logs --prefix`` tag, a docker-compose
+service column (``name  | ``), a wrapper tag (``[RAW SERVER]``), vLLM/Ray process tags
+(``(EngineCore_DP0 pid=276)``, ``(VllmWorker rank=0 pid=1)``, ``(pid=1, ip=10.0.0.5)``), a
+torch rank (``[rank0]:``), and then one header: vLLM's logger (``ERROR 09-08 02:55:31
+[core.py:702]``, older ``ERROR 03-05 07:15:39 engine.py:387]``), c10's (``[E324 13:00:25.4
+compiler_depend.ts:574]``), a CANN plog/slog line (``[ERROR] RUNTIME(4242,python3):2026-...
+[stream.cc:1044]``), torch_npu's error line (``[ERROR] 2025-06-03-14:54:23 (PID:8648, ...)``),
+Python logging (``2025-03-26 11:48:53 - INFO - name -``), uvicorn (``ERROR:    ...``).
+Rules still match the raw line; the parsed fields tell the engine which lines are error
+lines, which are request-log echoes (never evidence) and where a message starts.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_OUTER = re.compile(
+    rb"(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d) (?:stdout|stderr) [FP] )?"
+    rb"(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z )?"
+    rb"(?:\[pod/[^\]\s]{1,200}\] )?"
+    rb"(?:[\w.-]{1,100} {1,20}\| )?"
+    rb"(?:\[[A-Z][A-Z ]{1,30}\] (?=\())?"
+    rb"(?:\x1b\[[0-9;]{0,10}m)?"
+    rb"(?:\((?:[\w-]{1,60}(?: [\w=-]{1,30})? )?pid=\d+(?:, ip=[\d.:a-fA-F]{1,45})?\)"
+    rb"(?:\x1b\[[0-9;]{0,10}m)? ?){0,4}"
+    rb"(?:\[rank\d+\]: ?){0,2}"
+)
+_HEADERS: tuple[tuple[str, re.Pattern[bytes]], ...] = (
+    (
+        "vllm",
+        re.compile(
+            rb"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? "
+            rb"\[?(?P<logger>[\w./-]{1,120}:\d+)\] ?"
+        ),
+    ),
+    (
+        "c10",
+        re.compile(
+            rb"\[(?P<level>[EWI])(?:\d{3,4} \d\d:\d\d:\d\d\.\d+ (?:\d+ )?| )"
+            rb"(?P<logger>[\w./-]{1,80}:\d+)\] ?"
+        ),
+    ),
+    (
+        "plog",
+        re.compile(
+            rb"\[(?P<level>ERROR|WARNING|INFO|DEBUG|EVENT)\] ?(?P<module>[A-Z][A-Z0-9_]{1,20})"
+            rb"\((?P<pid>\d+),[^)]{0,80}\):\d{4}-\d\d-\d\d-\d\d:\d\d:\d\d[.\d]* ?"
+            rb"(?:\[(?P<logger>[^\]]{1,120})\])? ?"
+        ),
+    ),
+    (
+        "torch_npu",
+        re.compile(
+            rb"\[(?P<level>ERROR|WARNING)\] \d{4}-\d\d-\d\d-\d\d:\d\d:\d\d "
+            rb"\(PID:\d+, Device:-?\d+, RankID:-?\d+\) "
+        ),
+    ),
+    (
+        "pylog",
+        re.compile(
+            rb"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:,\d+)? - "
+            rb"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) - "
+            rb"(?P<logger>[\w.]{1,100}) - "
+        ),
+    ),
+    (
+        # glog (C++ libraries such as Mooncake's transfer engine): "E1210 03:24:54.778028
+        # 2548307 file.cpp:820] ", newer glog with the year "E20260608 14:45:44.404089 ..."
+        "glog",
+        re.compile(
+            rb"(?P<level>[IWEF])(?:\d{4})?\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ "
+            rb"(?P<logger>[\w.-]{1,80}:\d+)\] "
+        ),
+    ),
+    ("uvicorn", re.compile(rb"(?P<level>INFO|WARNING|ERROR|CRITICAL):\s+")),
+)
+_LEVELS = {b"E": "ERROR", b"W": "WARNING", b"I": "INFO", b"F": "CRITICAL", b"EVENT": "INFO"}
+
+REQUEST_LOG = re.compile(
+    rb"(?:Received request \S{1,200}: (?:prompt|params)|Generated response \S{1,200}: output"
+    rb"|Request \S{1,200} details: prompt)"
+)
+"""vLLM's request logger: prompts and outputs echoed back, never evidence of a failure."""
+
+TRACEBACK = re.compile(rb"\s*Traceback \(most recent call last\):")
+EXCEPTION = re.compile(
+    rb"(?:[A-Za-z_][\w]{0,60}\.){0,8}[A-Z]\w{0,60}(?:Error|Exception|Exit|Interrupt|Fault)"
+    rb"(?:: |:$|$|\(')"
+)
+"""A Python exception line: ``RuntimeError: ...``, ``vllm....EngineDeadError: ...``, a repr."""
+FATAL = re.compile(
+    rb"(?:terminate called after throwing|\s*what\(\): |Fatal Python error|Segmentation fault"
+    rb"|\*\*\* SIG\w+ received)"
+)
+CANN_CODE = re.compile(
+    rb"(?:E[0-9A-Z]\d{4}(?::|\[PID)|\[PID: \d+\] [\d:.-]+ \w+\(E[0-9A-Z]\d{4}\):)"
+)
+CONTINUATION = re.compile(rb"(?:\s|$|frame #\d+:)")
+"""A line that continues what is above it: indented (traceback source, CANN block body), empty."""
+
+
+@dataclass(frozen=True, slots=True)
+class Parsed:
+    """One line, read by the format of its source."""
+
+    header: str
+    """Which header the line has: vllm, c10, plog, torch_npu, pylog, uvicorn or empty."""
+    level: str
+    """ERROR, WARNING, INFO, DEBUG, CRITICAL, or empty when the line has no header."""
+    message: int
+    """Offset in the line where the message starts (after every prefix and the header)."""
+    logger: str = ""
+    """``file.py:line`` of vLLM/c10/plog headers, or the Python logger name."""
+    module: str = ""
+    """The CANN module of a plog line (RUNTIME, HCCL, DRV, GE...)."""
+
+
+def parse(line: bytes) -> Parsed:
+    """The fields of one line (without its newline)."""
+    m = _OUTER.match(line)
+    pos = m.end() if m else 0
+    for name, header in _HEADERS:
+        h = header.match(line, pos)
+        if h is None:
+            continue
+        groups = h.groupdict()
+        raw = groups.get("level") or b""
+        level = _LEVELS.get(raw, raw.decode())
+        end = h.end()
+        after = _OUTER.match(line, end)  # vLLM repeats the rank tag after its own header
+        end = after.end() if after else end
+        logger = (groups.get("logger") or b"").decode("utf-8", "replace")
+        module = (groups.get("module") or b"").decode() if name == "plog" else ""
+        return Parsed(name, level, end, logger, module)
+    return Parsed("", "", pos)
+
+
+def message(line: bytes) -> bytes:
+    """The message of a line: what is left after every prefix and the header."""
+    return line[parse(line).message :]
+
+
+ECHO_LOGGERS = re.compile(r"(?:^|/)dump_input\.py:")
+"""vLLM loggers that echo requests back: ``dump_input.py`` dumps the scheduler output (request
+ids, token counts, sampling parameters) at ERROR level after an engine failure; the failure
+itself is the traceback that follows."""
+
+
+def is_request_log(line: bytes) -> bool:
+    """True for lines that echo requests back: vLLM's request logger (prompts and outputs)
+    and its engine-failure input dump."""
+    p = parse(line)
+    if p.header == "vllm" and ECHO_LOGGERS.search(p.logger):
+        return True
+    return REQUEST_LOG.match(line, p.message) is not None
+
+
+__all__ = [
+    "CANN_CODE",
+    "CONTINUATION",
+    "ECHO_LOGGERS",
+    "EXCEPTION",
+    "FATAL",
+    "REQUEST_LOG",
+    "TRACEBACK",
+    "Parsed",
+    "is_request_log",
+    "message",
+    "parse",
+]

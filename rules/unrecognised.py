@@ -1,0 +1,187 @@
+"""Errors no rule explains: found, grouped into units, clustered into templates.
+
+An error unit is a Python traceback (header, frames, the exception line), a CANN error
+block, a fatal-signal line, or one ERROR/CRITICAL line. A unit that contains no line a
+rule or a code explained becomes one ``unrecognised`` finding whose summary is its
+template, mined with drain3 after masking numbers, so the same unknown error repeated a
+hundred times is one template (``captures["template_id"]``) with the exact text kept as
+evidence. Unrecognised findings carry no remediation.
+
+Candidate lines are found with one regex pass over the chunk; Python looks only at them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from drain3 import TemplateMiner
+from drain3.masking import MaskingInstruction
+from drain3.template_miner_config import TemplateMinerConfig
+
+from ascend_doctor.rules.blocks import block_around
+from ascend_doctor.rules.parse import (
+    CANN_CODE,
+    CONTINUATION,
+    ECHO_LOGGERS,
+    EXCEPTION,
+    FATAL,
+    REQUEST_LOG,
+    TRACEBACK,
+    parse,
+)
+
+MAX_TRACEBACK_LINES = 400
+"""A traceback longer than this is cut: its header no longer waits for an exception line."""
+
+UNIT_KEYS = (
+    r"ERROR|CRITICAL|Error|Exception|Exit\b|Interrupt\b|Traceback|what\(\)|Fatal"
+    r"|Segmentation fault|\*\*\* SIG|\[E(?:\d{3}| [\w./-]{1,80}:\d+\])|E[0-9A-Z]\d{4}"
+)
+"""Words of a line that may be an error line; scanned with the rules in one pass."""
+_CANDIDATE = re.compile(UNIT_KEYS.encode())
+
+
+REQUEST_LOGGERS = re.compile(r"(?:^|/)(?:serving_\w+|serving|protocol)\.py:")
+"""vLLM's OpenAI-serving modules log one request's failure at ERROR (a prompt too long, a bad
+parameter): the server is fine, so such an unexplained error is reported at info level."""
+_WHAT = re.compile(rb".{0,200}?what\(\): ")
+_WARNED_CODE = re.compile(rb"Warning: E[0-9A-Z]\d{4}: ")
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """One error unit of a chunk."""
+
+    first: int
+    """Byte offset of its first line."""
+    last: int
+    """Byte offset of its last line (the exception line of a traceback)."""
+    key_line: int
+    """Offset of the line that names the error (exception line, code line, the line)."""
+    severe: bool
+    """An exception, traceback, CANN error block or fatal signal (not a lone ERROR line)."""
+    request: bool = False
+    """Logged by vLLM's request-serving code: one request failed, not the server."""
+
+
+def _line(data: bytes, start: int) -> bytes:
+    end = data.find(b"\n", start)
+    return data[start : end if end >= 0 else len(data)]
+
+
+def _candidate_starts(data: bytes) -> Iterator[int]:
+    last = -1
+    for m in _CANDIDATE.finditer(data):
+        start = data.rfind(b"\n", 0, m.start()) + 1
+        if start != last:
+            last = start
+            yield start
+
+
+PYTHON_SOURCES = ("server",)
+"""Streams that carry Python output (tracebacks, exception lines); CANN logs carry only
+their own ERROR lines and error blocks."""
+
+
+def error_units(
+    data: bytes,
+    source: str = "server",
+    candidates: Iterable[int] | None = None,
+    forced: frozenset[int] = frozenset(),
+) -> list[Unit]:
+    """Every error unit of a chunk of ``source``, in file order. ``candidates`` are the
+    starts of the lines ``UNIT_KEYS`` matched, in order (found here when not given);
+    ``forced`` are lines holding a catalogued error code, errors whatever their header."""
+    python = source in PYTHON_SOURCES
+    units: list[Unit] = []
+    traceback_at = -1
+    request_at = -1
+    traceback_lines = 0
+    covered_to = -1
+    found = _candidate_starts(data) if candidates is None else candidates
+    for start in sorted(set(found) | forced) if forced else found:
+        if start <= covered_to:
+            continue
+        line = _line(data, start)
+        p = parse(line)
+        msg = line[p.message :]
+        if REQUEST_LOG.match(msg) or (p.header == "vllm" and ECHO_LOGGERS.search(p.logger)):
+            continue  # echoes of requests (prompts, outputs, the scheduler dump)
+        if start in forced and traceback_at < 0 and not CANN_CODE.match(msg.lstrip()):
+            units.append(Unit(start, start, start, True))
+            continue
+        if p.level in ("INFO", "DEBUG", "WARNING"):
+            # torch_npu reports CANN errors through TORCH_WARN: "Warning: EZ9999: Inner Error!"
+            if not (p.level == "WARNING" and _WARNED_CODE.match(msg)):
+                continue
+            msg = msg[len(b"Warning: ") :]
+        if not python and p.header != "plog":
+            continue
+        if TRACEBACK.match(msg):
+            if traceback_at < 0:
+                traceback_at, traceback_lines = start, 0
+            continue
+        if p.level in ("ERROR", "CRITICAL") and REQUEST_LOGGERS.search(p.logger):
+            request_at = traceback_at if traceback_at >= 0 else start
+        if traceback_at >= 0:
+            traceback_lines = data.count(b"\n", traceback_at, start)
+            if traceback_lines > MAX_TRACEBACK_LINES:
+                traceback_at = -1
+        is_exception = EXCEPTION.match(msg) is not None
+        if is_exception and traceback_at >= 0:
+            request = request_at == traceback_at and REQUEST_LOGGERS.search(p.logger) is not None
+            units.append(Unit(traceback_at, start, start, True, request))
+            traceback_at = -1
+            continue
+        if CANN_CODE.match(msg.lstrip()) and msg[:1] != b"W":
+            block = block_around(data, start)
+            first, last = block if block else (start, start)
+            last_line = data.rfind(b"\n", 0, last) + 1 if last > start else start
+            units.append(Unit(first, max(start, last_line), start, True))
+            covered_to = last
+            continue
+        if is_exception or FATAL.match(msg):
+            last = start
+            if msg.startswith(b"terminate called"):
+                # the C++ runtime prints the exception's what() on the next line
+                nxt = data.find(b"\n", start) + 1
+                if 0 < nxt < len(data) and _WHAT.match(_line(data, nxt)):
+                    last = covered_to = nxt
+            units.append(Unit(start, last, start, True))
+            continue
+        if p.level in ("ERROR", "CRITICAL") and not CONTINUATION.match(msg):
+            units.append(
+                Unit(start, start, start, False, REQUEST_LOGGERS.search(p.logger) is not None)
+            )
+    return units
+
+
+def _masking() -> list[MaskingInstruction]:
+    return [
+        MaskingInstruction(r"0x[0-9a-fA-F]+", "HEX"),
+        MaskingInstruction(r"\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?", "IP"),
+        MaskingInstruction(r"(?<![A-Za-z_\d])-?\d+(?:\.\d+)?(?![A-Za-z_\d])", "NUM"),
+    ]
+
+
+class Templates:
+    """drain3 over the messages of unrecognised units; one miner per engine."""
+
+    def __init__(self) -> None:
+        config = TemplateMinerConfig()
+        config.profiling_enabled = False
+        config.masking_instructions = _masking()
+        config.drain_sim_th = 0.5
+        self._miner = TemplateMiner(config=config)
+
+    def template(self, message: str) -> tuple[str, str]:
+        """(template, stable id) of one message."""
+        result = self._miner.add_log_message(message[:2000])
+        text = str(result.get("template_mined") or message)
+        return text, hashlib.sha1(text.encode("utf-8")).hexdigest()[:12]
+
+
+__all__ = ["MAX_TRACEBACK_LINES", "UNIT_KEYS", "Templates", "Unit", "error_units"]

@@ -1,0 +1,85 @@
+"""Root causes across a chain: the cause first, then what it caused."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ascend_doctor.core.events import Category, LogChunk
+from ascend_doctor.rules import Engine, load_rules
+from ascend_doctor.rules.ranking import Ranked, first_cause, rank_causes
+
+RULES = load_rules()
+DEV = Path(__file__).parents[1] / "corpus" / "dev" / "incidents"
+
+
+def findings(text: str, source: str = "server"):  # type: ignore[no-untyped-def]
+    engine = Engine(RULES, clock=lambda: 0.0)
+    return engine.scan(LogChunk("x.log", source, 0, text.encode(), first_line=1))
+
+
+def test_an_import_problem_comes_before_the_error_it_causes() -> None:
+    text = (
+        "ERROR 01-01 00:00:01 [core.py:1] NotImplementedError: There is no available ascend "
+        "quantizer.\n"
+        "ModuleNotFoundError: No module named 'vllm_ascend.quantization.w8a8'\n"
+        "ERROR 01-01 00:00:02 [core.py:2] EngineCore failed to start.\n"
+    )
+    cause = first_cause(findings(text))
+    assert cause is not None and cause.category == Category.ENV_MISMATCH
+
+
+def test_the_first_ranks_failure_before_the_other_ranks_timeouts() -> None:
+    text = (
+        "[rank1]: RuntimeError: NPU function error: aclrtSynchronizeStream, error code is "
+        "507035\n"
+        "EI0002: [PID: 2] 2025-01-01-00:00:00.000.000 The wait execution of the Notify register "
+        "times out. Reason: The Notify register has not received the Notify record from remote "
+        "rank: [1].\n"
+        "[rank0]:[E324 13:00:25.4 compiler_depend.ts:574] [Rank 0] Watchdog caught collective "
+        "operation timeout: WorkHCCL(SeqNum=1, OpType=ALLREDUCE, Timeout(ms)=1800000) ran for "
+        "1 ms\n"
+    )
+    cause = first_cause(findings(text))
+    assert cause is not None and cause.category == Category.AICORE_ERROR
+
+
+def test_the_device_fault_before_the_runtime_errors_on_it() -> None:
+    text = (
+        "RuntimeError: NPU function error: aclrtSynchronizeStream, error code is 507035\n"
+        "[ERROR] RUNTIME(4242,python3):2026-12-02-12:00:01.201.339 [direct_hwts_engine.cc:407]4250 "
+        "SyncTask:Device[3] lost heartbeat.\n"
+    )
+    cause = first_cause(findings(text, "plog"))
+    assert cause is not None and cause.category == Category.DEVICE_FAULT
+
+
+def test_driver_and_runtime_heartbeat_loss_are_one_cause_driver_first() -> None:
+    text = (
+        "[ERROR] [drv_soft_fault] [soft_fault_heartbeat 120] Heartbeat lost! (device=3; ret=-110)\n"
+        "[ERROR] RUNTIME(4242,python3):2026-12-02-12:00:01.201.339 [direct_hwts_engine.cc:407]4250 "
+        "SyncTask:Device[3] lost heartbeat.\n"
+        "wait for compute device to finish failed, runtime result = 507010.\n"
+    )
+    items = [Ranked(f, None, (0, f.offset)) for f in findings(text, "plog")]
+    causes = rank_causes(items)
+    assert len(causes) == 1
+    assert causes[0][0].finding.rule == "drv-soft-fault-heartbeat-lost"
+    assert len(causes[0]) == 3
+
+
+def test_cascades_keep_their_time_order() -> None:
+    oom = findings("RuntimeError: NPU out of memory. Tried to allocate 2.00 GiB\n")[0]
+    env = findings("ModuleNotFoundError: No module named 'torch_npu'\n")[0]
+    items = [Ranked(oom, 1000.0, (0, 0)), Ranked(env, 5000.0, (0, 100))]
+    assert [c[0].finding.category for c in rank_causes(items)] == [
+        Category.NPU_OOM,
+        Category.ENV_MISMATCH,
+    ]
+
+
+@pytest.mark.parametrize("incident", sorted(p.name for p in DEV.iterdir()))
+def test_dev_incidents_root_cause_first(incident: str) -> None:
+    meta = yaml.safe_load((DEV / incident / "meta.yaml").read_text())
+    cause = first_cause(findings((DEV / incident / "log.txt").read_text()))
+    assert cause is not None and cause.category.value == meta["root_cause_category"]

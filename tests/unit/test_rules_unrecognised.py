@@ -1,0 +1,113 @@
+"""Errors no rule explains become template-clustered `unrecognised` findings."""
+
+from ascend_doctor.core.events import Category, LogChunk, Severity
+from ascend_doctor.rules import Engine, load_rules
+
+RULES = load_rules()
+
+
+def scan(text: str, source: str = "server") -> list:  # type: ignore[type-arg]
+    engine = Engine(RULES, clock=lambda: 0.0)
+    return engine.scan(LogChunk("x.log", source, 0, text.encode(), first_line=1))
+
+
+HEAD = "(EngineCore_DP0 pid=7) ERROR 01-02 03:04:{s:02d} [core.py:702] "
+TRACEBACK = (
+    HEAD
+    + "EngineCore failed to start.\n"
+    + HEAD
+    + "Traceback (most recent call last):\n"
+    + HEAD
+    + '  File "/x/y.py", line 3, in f\n'
+    + HEAD
+    + "    frobnicate(layer)\n"
+    + HEAD
+    + "KeyError: 'model.layers.{n}.mlp'\n"
+)
+
+
+def test_an_unknown_traceback_is_one_unrecognised_finding_with_its_exception() -> None:
+    found = scan(TRACEBACK.format(s=1, n=3))
+    un = [f for f in found if f.category == Category.UNRECOGNISED]
+    assert len(un) == 1
+    (f,) = un
+    assert f.severity == Severity.ERROR and f.remediation == ()
+    assert f.captures["message"] == "KeyError: 'model.layers.3.mlp'"
+    assert f.evidence[0].text.endswith("KeyError: 'model.layers.3.mlp'")
+    assert f.evidence[0].line == 5
+    assert any("Traceback" in e.text for e in f.evidence)
+    assert [g.rule for g in found if g.category != Category.UNRECOGNISED] == [
+        "vllm-engine-core-failed-to-start"
+    ]
+
+
+def test_an_unknown_error_repeated_100_times_is_one_template() -> None:
+    text = "".join(TRACEBACK.format(s=i % 60, n=i) for i in range(100))
+    un = [f for f in scan(text) if f.category == Category.UNRECOGNISED]
+    assert len(un) == 100
+    assert len({f.captures["template_id"] for f in un}) == 1
+    assert len({f.captures["message"] for f in un}) == 100  # the exact text is kept
+
+
+def test_an_explained_error_leaves_nothing_unrecognised() -> None:
+    text = (
+        "ERROR 08-28 02:33:28 [core.py:634] Traceback (most recent call last):\n"
+        '  File "/x.py", line 1, in f\n'
+        "ERROR 08-28 02:33:28 [core.py:634] RuntimeError: ACL stream synchronize failed, "
+        "error code:507035\n"
+    )
+    assert [f.category for f in scan(text)] == [Category.AICORE_ERROR]
+
+
+def test_warnings_and_request_logs_never_alarm() -> None:
+    text = (
+        "WARNING 08-21 23:55:29 [_custom_ops.py:20] Failed to import from vllm._C with "
+        "ModuleNotFoundError(\"No module named 'vllm._C'\")\n"
+        "INFO 08-28 02:33:28 [logger.py:41] Received request chatcmpl-1: prompt: 'ERROR "
+        "Traceback RuntimeError: NPU out of memory. Tried to allocate 2 GiB EL0004', params: x\n"
+        "WARNING 04-21 21:20:24 [arg_utils.py:1603] This may causeOOM during the initial memory "
+        "profiling phase\n"
+    )
+    assert [f for f in scan(text) if f.severity >= Severity.WARNING] == []
+
+
+def test_unknown_cann_block_is_one_finding() -> None:
+    text = (
+        "EZ9999: Inner Error!\n"
+        "EZ9999: [PID: 1] 2025-01-01-00:00:00.000.000 something nobody knows[FUNC:F][LINE:1]\n"
+        "        TraceBack (most recent call last):\n"
+        "        inner call failed[FUNC:G][FILE:g.cc][LINE:2]\n"
+    )
+    (f,) = scan(text)
+    assert f.category == Category.UNRECOGNISED and len(f.evidence) >= 2
+
+
+def test_python_exceptions_in_cann_logs_are_not_units() -> None:
+    assert scan("RuntimeError: NPU out of memory. Tried to allocate 2.00 GiB\n", "plog") == []
+
+
+def test_an_exception_naming_the_block_below_is_one_unit_with_it() -> None:
+    text = (
+        "[rank0]: RuntimeError: call aclnnFoo failed, detail:EZ9999: Inner Error!\n"
+        "[rank0]: EZ9999: [PID: 62938] 2025-05-27-06:52:12.455.807 something odd happened."
+        "[FUNC:Foo][FILE:foo.cc][LINE:1218]\n"
+        "[rank0]:         TraceBack (most recent call last):\n"
+    )
+    found = scan(text)
+    assert [f.category for f in found] == [Category.UNRECOGNISED]
+    # the code stays readable in the template; numbers are masked
+    assert found[0].summary.startswith("EZ9999: [PID: <NUM>]")
+
+
+def test_engine_death_after_its_own_clean_shutdown_is_expected() -> None:
+    # vllm-ascend docs/source/installation.md: an offline run ends like this
+    tail = (
+        "ERROR 05-12 11:36:01 [core_client.py:704] Engine core proc EngineCore died"
+        " unexpectedly, shutting down client.\n"
+    )
+    clean = (
+        "(EngineCore pid=970) INFO 05-12 11:36:00 [core.py:1201] Shutdown initiated (timeout=0)\n"
+        "(EngineCore pid=970) INFO 05-12 11:36:00 [core.py:1224] Shutdown complete\n" + tail
+    )
+    assert scan(clean) == []
+    assert [f.category for f in scan(tail)] == [Category.ENGINE_DEAD]
