@@ -25,9 +25,7 @@ from ascend_doctor.collectors.profiling.model import (
 from ascend_doctor.collectors.profiling.render import render_text
 
 
-def analyze(
-    root: Path, *, advisor: bool = True, advisor_exe: str | None = None
-) -> ProfileReport:
+def analyze(root: Path, *, advisor: bool = True, advisor_exe: str | None = None) -> ProfileReport:
     """Analyse every capture under ``root``; with ``advisor``, run msprof-analyze too."""
     ranks, problems, captures = load(Path(root))
     findings: tuple[AdvisorFinding, ...] = ()

@@ -82,13 +82,13 @@ def render_text(report: ProfileReport) -> str:
     timed = [r for r in report.ranks if r.split is not None]
     if len(timed) > 1:
         scale = max(r.split.per_step_us for r in timed if r.split)
-        lines.append(
-            "step time per rank (█ computing, ▓ communication not overlapped, ░ free)"
-        )
+        lines.append("step time per rank (█ computing, ▓ communication not overlapped, ░ free)")
         for r in timed:
             assert r.split is not None
             mark = "  <- slow" if report.slowest and report.slowest.rank == r.rank else ""
-            lines.append(f"  rank {r.rank:<4}{_ms(r.split.per_step_us)}  {_stacked(r, scale)}{mark}")
+            lines.append(
+                f"  rank {r.rank:<4}{_ms(r.split.per_step_us)}  {_stacked(r, scale)}{mark}"
+            )
         lines.append("")
     for r in report.ranks:
         lines.extend(_rank_lines(r))
