@@ -167,7 +167,7 @@ def write_ascend_pt(
     timelines = _timelines(pid, start, end, device, tokens)
     tops = []
     for rt in timelines:
-        worker = pid + 1 + rt.rank  # vLLM's workers are processes of their own
+        worker = pid + rt.rank  # rank 0 is the server's own pid; the others stand for workers
         top = root / f"{socket.gethostname()}_{worker}_{stamp}_ascend_pt"
         out = top / "ASCEND_PROFILER_OUTPUT"
         out.mkdir(parents=True, exist_ok=True)

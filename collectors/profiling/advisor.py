@@ -106,9 +106,7 @@ SUMMARIES = ("overall summary", "slow rank")
 
 def high_priority(found: list[AdvisorFinding]) -> tuple[AdvisorFinding, ...]:
     """The findings marked high priority, and the advisor's overall verdicts."""
-    return tuple(
-        f for f in found if f.priority == "high" or f.category.lower() in SUMMARIES
-    )
+    return tuple(f for f in found if f.priority == "high" or f.category.lower() in SUMMARIES)
 
 
 def advisor_command(exe: str, profile_dir: Path, out_dir: Path) -> list[str]:

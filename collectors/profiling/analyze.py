@@ -211,8 +211,10 @@ def _ms(us: float) -> str:
 def headline(ranks: Sequence[RankProfile], slowest: SlowRank | None) -> str:
     """One sentence naming the slow part: the slow rank, or the largest part of one rank."""
     if slowest is not None:
+        steps = next((r.split.steps for r in ranks if r.rank == slowest.rank and r.split), 1)
+        unit = "per step" if steps > 1 else "over the capture"
         text = (
-            f"rank {slowest.rank} is the slow rank: {_ms(slowest.gap_us)} per step above the "
+            f"rank {slowest.rank} is the slow rank: {_ms(slowest.gap_us)} {unit} above the "
             f"others ({slowest.gap_share:.0%}), in {slowest.part}"
         )
         if slowest.operator:
@@ -224,7 +226,10 @@ def headline(ranks: Sequence[RankProfile], slowest: SlowRank | None) -> str:
     r = max(timed, key=lambda x: x.split.per_step_us if x.split else 0.0)
     assert r.split is not None
     part, value = max(r.split.parts().items(), key=lambda kv: kv[1])
-    text = f"rank {r.rank}: step {_ms(r.split.per_step_us)}, {part} {value / r.split.total_us:.0%}"
+    span = "step" if r.split.steps > 1 else "captured NPU time"
+    text = (
+        f"rank {r.rank}: {span} {_ms(r.split.per_step_us)}, {part} {value / r.split.total_us:.0%}"
+    )
     if r.top_operators:
         top = r.top_operators[0]
         text += f"; top operator {top.name} ({top.share:.0%} of operator time)"

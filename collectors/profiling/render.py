@@ -44,9 +44,12 @@ def _rank_lines(rank: RankProfile) -> list[str]:
     if split is None:
         lines.append("  no step time in this capture")
     else:
-        lines.append(
-            f"  step time {_ms(split.per_step_us).strip()} per step over {split.steps} step(s)"
-        )
+        if split.steps > 1:
+            lines.append(
+                f"  step time {_ms(split.per_step_us).strip()} per step, {split.steps} steps"
+            )
+        else:  # vLLM starts and stops the profiler without a schedule: one span, no steps
+            lines.append(f"  captured NPU time {_ms(split.total_us).strip()} (no profiler steps)")
         total = split.total_us or 1.0
         for name, value in split.parts().items():
             share = value / total
@@ -82,7 +85,7 @@ def render_text(report: ProfileReport) -> str:
     timed = [r for r in report.ranks if r.split is not None]
     if len(timed) > 1:
         scale = max(r.split.per_step_us for r in timed if r.split)
-        lines.append("step time per rank (█ computing, ▓ communication not overlapped, ░ free)")
+        lines.append("time per rank (█ computing, ▓ communication not overlapped, ░ free)")
         for r in timed:
             assert r.split is not None
             mark = "  <- slow" if report.slowest and report.slowest.rank == r.rank else ""
