@@ -72,14 +72,14 @@ def rank_profiles(cap: Capture, texts: Texts, problems: list[str]) -> list[RankP
     trace_name = texts["trace"][0][0] if texts.get("trace") else ""
     if not splits:
         splits = {d: s for d, f in facts.items() if (s := f.split(trace_name)) is not None}
-    ops: tuple[OperatorTime, ...] = ()
+    ops: dict[int, tuple[OperatorTime, ...]] = {}
     for kind, fn in (
         ("op_statistic", parse.parse_op_statistic),
         ("kernel_details", parse.parse_kernel_details),
     ):
-        found_ops = _parsed(texts, kind, fn, problems, where)
-        if found_ops and found_ops[0]:
-            ops = found_ops[0]
+        for found_ops in _parsed(texts, kind, fn, problems, where):
+            ops.update(found_ops)
+        if ops:
             break
     colls: tuple[CollectiveTime, ...] = ()
     for kind, cfn in (
@@ -90,7 +90,7 @@ def rank_profiles(cap: Capture, texts: Texts, problems: list[str]) -> list[RankP
         if found_colls and found_colls[0]:
             colls = found_colls[0]
             break
-    devices = sorted(set(splits) | set(facts)) or [parse.NO_DEVICE]
+    devices = sorted(set(splits) | set(facts) | set(ops)) or [parse.NO_DEVICE]
     if len(devices) > 1 and parse.NO_DEVICE in devices:
         devices.remove(parse.NO_DEVICE)
     one = len(devices) == 1
@@ -99,7 +99,12 @@ def rank_profiles(cap: Capture, texts: Texts, problems: list[str]) -> list[RankP
     for dev in devices:
         split = splits.get(dev) or (next(iter(splits.values())) if one and splits else None)
         fact = facts.get(dev) or (next(iter(facts.values())) if one and facts else None)
-        rank_ops = ops or (parse.trace_operators(fact) if fact else ())
+        rank_ops = (
+            ops.get(dev)
+            or ops.get(parse.NO_DEVICE)
+            or (next(iter(ops.values())) if one and ops else ())
+            or (parse.trace_operators(fact) if fact else ())
+        )
         rank = cap.rank if one and cap.rank is not None else dev
         out.append(
             RankProfile(

@@ -108,20 +108,24 @@ def _top(totals: dict[tuple[str, str], list[float]]) -> tuple[OperatorTime, ...]
     return tuple(sorted(ops, key=lambda o: (-o.total_us, o.name)))
 
 
-def parse_op_statistic(text: str) -> tuple[OperatorTime, ...]:
-    """``op_statistic.csv`` (torch_npu) or ``op_statistic_*.csv`` (msprof)."""
+def parse_op_statistic(text: str) -> dict[int, tuple[OperatorTime, ...]]:
+    """``op_statistic.csv`` (torch_npu) or ``op_statistic_*.csv`` (msprof), per device.
+
+    A file without ``Device_id`` (older releases) gives its operators under ``NO_DEVICE``.
+    """
     rows = _rows(text, ("OP Type", "Count", "Total Time(us)"), "op_statistic.csv")
-    totals: dict[tuple[str, str], list[float]] = {}
+    totals: dict[int, dict[tuple[str, str], list[float]]] = defaultdict(dict)
     for row in rows:
         key = (row["OP Type"], row.get("Core Type", ""))
-        acc = totals.setdefault(key, [0.0, 0.0])
+        acc = totals[_device(row.get("Device_id", ""))].setdefault(key, [0.0, 0.0])
         acc[0] += _num(row["Total Time(us)"])
         acc[1] += _num(row["Count"])
-    return _top(totals)
+    return {dev: _top(t) for dev, t in totals.items()}
 
 
-def parse_kernel_details(text: str) -> tuple[OperatorTime, ...]:
-    """``kernel_details.csv`` (torch_npu) or ``op_summary_*.csv`` (msprof), by operator type.
+def parse_kernel_details(text: str) -> dict[int, tuple[OperatorTime, ...]]:
+    """``kernel_details.csv`` (torch_npu) or ``op_summary_*.csv`` (msprof), by operator type
+    per device (``NO_DEVICE`` when the release writes no ``Device_id``).
 
     Communication operators are rows too (core ``HCCL``, ``Task ID`` N/A), so their time
     counts like any operator's.
@@ -132,15 +136,15 @@ def parse_kernel_details(text: str) -> tuple[OperatorTime, ...]:
     else:
         cols = ("Type", "Name", "Accelerator Core", "Duration(us)")
     rows = _rows(text, cols, "kernel_details.csv")
-    totals: dict[tuple[str, str], list[float]] = {}
+    totals: dict[int, dict[tuple[str, str], list[float]]] = defaultdict(dict)
     for row in rows:
         kind = row[cols[0]]
         if kind in ("", "N/A"):
             kind = row[cols[1]]  # task_time=l0 leaves the type out; the name still says
-        acc = totals.setdefault((kind, row[cols[2]]), [0.0, 0.0])
+        acc = totals[_device(row.get("Device_id", ""))].setdefault((kind, row[cols[2]]), [0.0, 0.0])
         acc[0] += _num(row[cols[3]])
         acc[1] += 1
-    return _top(totals)
+    return {dev: _top(t) for dev, t in totals.items()}
 
 
 def collective_type(op_name: str) -> str:

@@ -146,6 +146,9 @@ def test_msprof_capture_holds_every_device(tmp_path: Path, monkeypatch: pytest.M
     report = analyze(top, advisor=False)
     assert [r.rank for r in report.ranks] == [2, 3]  # msprof labels its tracks by device
     assert report.slowest is not None and report.slowest.rank == 2
+    assert report.slowest.operator == "MatMulV2"  # op_summary rows are told apart by Device_id
+    mm = [next(o.total_us for o in r.top_operators if o.name == "MatMulV2") for r in report.ranks]
+    assert mm[0] == pytest.approx(4 * mm[1])
 
 
 MSPROF_ANALYZE = shutil.which("msprof-analyze")

@@ -168,7 +168,7 @@ def test_op_summary_and_op_statistic_of_msprof_read_like_torch_npu_files() -> No
         "0,4294967295,1,2,aclnnMatmul_MatMulV2,MatMulV2,dynamic,AI_CORE,10\t,30.0,0,24\n"
         "0,4294967295,2,2,aclnnAdd_Add,N/A,N/A,N/A,50\t,10.0,0,0\n"
     )
-    ops = parse_kernel_details(summary)
+    ops = parse_kernel_details(summary)[0]
     assert [(o.name, o.count, o.total_us) for o in ops] == [
         ("MatMulV2", 1, 30.0),
         ("aclnnAdd_Add", 1, 10.0),
@@ -177,7 +177,7 @@ def test_op_summary_and_op_statistic_of_msprof_read_like_torch_npu_files() -> No
         "Device_id,OP Type,Core Type,Count,Total Time(us),Min Time(us),Avg Time(us),"
         "Max Time(us),Ratio(%)\n0,Cast,AI_CPU,7,785.18,100,112,130,100\n"
     )
-    assert stats[0].share == 1.0 and stats[0].count == 7
+    assert stats[0][0].share == 1.0 and stats[0][0].count == 7
 
 
 def test_a_timeline_with_several_devices_is_split_by_npu_label() -> None:
