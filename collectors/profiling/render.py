@@ -12,6 +12,15 @@ BAR = 30
 """Width of a full bar, in characters."""
 TOP = 5
 """Operators shown per rank."""
+HINTS = {
+    "computing": "an operator runs longer on that rank: its card (clock, temperature, a "
+    "fault) or its share of the work; compare its top operators with another rank's",
+    "free": "that rank's NPU waits for its host: dispatch, Python, data or a busy CPU; "
+    "look at the host (CPU pinning, other processes) before the card",
+    "communication not overlapped": "the group waits in the collectives for that rank: its "
+    "link (HCCS/RoCE) or its collectives are slow; check its link health and HCCL logs",
+}
+"""What a slow part usually means, for the operator reading the report at 3 a.m."""
 _FILL = {"computing": "█", "communication not overlapped": "▓", "free": "░"}
 
 
@@ -81,7 +90,10 @@ def _rank_lines(rank: RankProfile) -> list[str]:
 
 def render_text(report: ProfileReport) -> str:
     """The whole report: headline, per-rank step bars, each rank's split, advisor, problems."""
-    lines = [f"Profile {report.root}: {len(report.ranks)} rank(s)", f"  {report.headline}", ""]
+    lines = [f"Profile {report.root}: {len(report.ranks)} rank(s)", f"  {report.headline}"]
+    if report.slowest is not None and report.slowest.part in HINTS:
+        lines.append(f"  what it usually means: {HINTS[report.slowest.part]}")
+    lines.append("")
     timed = [r for r in report.ranks if r.split is not None]
     if len(timed) > 1:
         scale = max(r.split.per_step_us for r in timed if r.split)

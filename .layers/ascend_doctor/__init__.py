@@ -1,0 +1,1 @@
+../../ascend_doctor/__init__.py

@@ -1,0 +1,1 @@
+../../ascend_doctor/__main__.py
