@@ -1,3 +1,3 @@
-from ascend_doctor.agent.cli import main
+from ascend_doctor.cli.main import main
 
 main()

@@ -19,7 +19,7 @@ from types import FrameType
 from typing import Any
 
 from ascend_doctor.sim import vllm_text as txt
-from ascend_doctor.sim.engine import Engine, ServeConfig
+from ascend_doctor.sim.engine_core import Engine, ServeConfig
 from ascend_doctor.sim.models import (
     HBM_GIB,
     MemoryPlan,

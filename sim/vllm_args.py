@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ascend_doctor.sim.engine import ServeConfig
+from ascend_doctor.sim.engine_core import ServeConfig
 from ascend_doctor.sim.models import get_profile
 
 _DEFAULTS: dict[str, Any] = {

@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from ascend_doctor.sim.engine import TTFT_BUCKETS, Engine, ttft_seconds
+from ascend_doctor.sim.engine_core import TTFT_BUCKETS, Engine, ttft_seconds
 from ascend_doctor.sim.msprof import write_ascend_pt
 from ascend_doctor.sim.otlp import RequestTiming, SpanSender
 from ascend_doctor.sim.vlog import API, ENGINE

@@ -9,7 +9,7 @@ only the store exporter runs.
 
 from __future__ import annotations
 
-from ascend_doctor.agent.telemetry.core import Telemetry
 from ascend_doctor.agent.telemetry.logctx import TraceContextFilter
+from ascend_doctor.agent.telemetry.wiring import Telemetry
 
 __all__ = ["Telemetry", "TraceContextFilter"]

@@ -9,7 +9,7 @@ import pytest
 from alerts_support import alerts_config, sink
 
 from ascend_doctor.agent.alerts import build_sinks
-from ascend_doctor.agent.bundle import REDACTED, redact
+from ascend_doctor.cli.bundle import REDACTED, redact
 from ascend_doctor.core.config import AlertRouteConfig, load_config
 from ascend_doctor.core.errors import ConfigError
 

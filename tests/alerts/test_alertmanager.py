@@ -18,7 +18,7 @@ import pytest
 from alerts_support import Receiver
 
 from ascend_doctor.agent.alerts.alertmanager import ALERTNAME
-from ascend_doctor.agent.demo import free_port
+from ascend_doctor.cli.demo import free_port
 from tests.conftest import poll
 
 pytestmark = pytest.mark.integration

@@ -298,7 +298,7 @@ class Instrument:
 def _feed() -> tuple[dict[str, Instrument], str]:
     """Every instrument DoctorMetrics creates, fed once through the doctor's own feeds; what
     the SDK exports, and the Prometheus text the doctor's endpoint serves for it (the same
-    PrometheusMetricReader and registry as agent/telemetry/core.py)."""
+    PrometheusMetricReader and registry as agent/telemetry/wiring.py)."""
     from opentelemetry.exporter.prometheus import PrometheusMetricReader
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import (

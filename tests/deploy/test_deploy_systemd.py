@@ -11,8 +11,8 @@ from pathlib import Path
 import click
 import pytest
 
-from ascend_doctor.agent.cli import main
-from ascend_doctor.agent.daemon import cann_log_root
+from ascend_doctor.agent.logwatch import cann_log_root
+from ascend_doctor.cli.main import main
 from ascend_doctor.core.config import load_config
 
 from .units import environment, parse_unit, value, values

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from ascend_doctor.agent.bundle import REDACTED, bundle, parse_since
+from ascend_doctor.cli.bundle import REDACTED, bundle, parse_since
 from ascend_doctor.core.events import Category, Finding, Role, Severity
 from ascend_doctor.core.store import Store
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from ascend_doctor.agent.check import check
+from ascend_doctor.cli.check import check
 
 pytestmark = pytest.mark.integration
 
@@ -83,7 +83,7 @@ def test_mismatched_torch_host_fails_naming_the_fit(tmp_path: Path) -> None:
 
 def test_this_machine_says_no_ascend_in_a_few_lines() -> None:
     proc = subprocess.run(
-        [sys.executable, "-c", "from ascend_doctor.agent.check import check; check()"],
+        [sys.executable, "-c", "from ascend_doctor.cli.check import check; check()"],
         capture_output=True,
         text=True,
         timeout=60,

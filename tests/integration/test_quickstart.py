@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ascend_doctor.agent.demo import free_port
+from ascend_doctor.cli.demo import free_port
 from tests.conftest import poll
 
 pytestmark = pytest.mark.integration

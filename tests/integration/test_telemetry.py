@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from ascend_doctor.agent.demo import free_port
+from ascend_doctor.cli.demo import free_port
 from ascend_doctor.core.store import Store
 from ascend_doctor.sim.host import SimHost
 from tests.conftest import poll, read_store
@@ -215,7 +215,9 @@ def test_watch_metrics_prometheus_and_the_servers_request_spans(
     proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
         poll(
-            lambda: read_store(state, lambda s: (s.meta("server") or {}).get("state") == "RUNNING"),
+            lambda: read_store(
+                state, lambda s: (m := s.server()) is not None and m.state.value == "RUNNING"
+            ),
             60,
             "server RUNNING",
         )

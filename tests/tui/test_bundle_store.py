@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ascend_doctor.agent.bundle import bundle
-from ascend_doctor.agent.bundle_store import is_bundle, store_from_bundle
+from ascend_doctor.cli.bundle import bundle
+from ascend_doctor.cli.bundle_store import is_bundle, store_from_bundle
 from ascend_doctor.core.errors import DoctorError
 from ascend_doctor.tui.app import DoctorApp
 from ascend_doctor.tui.data import Source, load_incident, load_overview

@@ -13,7 +13,7 @@ TUI = Path(__file__).resolve().parents[2] / "tui"
 def test_importing_the_daemon_and_cli_does_not_import_textual() -> None:
     code = (
         "import sys\n"
-        "import ascend_doctor.agent.daemon, ascend_doctor.agent.cli, ascend_doctor.agent.requests\n"
+        "import ascend_doctor.agent.daemon, ascend_doctor.cli.main, ascend_doctor.agent.requests\n"
         "loaded = sorted(m for m in sys.modules if m == 'textual' or m.startswith('textual.'))\n"
         "print(','.join(loaded))\n"
     )

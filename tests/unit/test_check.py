@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ascend_doctor.agent.check import (
+from ascend_doctor.cli.check import (
     CheckOptions,
     CheckReport,
     CheckResult,

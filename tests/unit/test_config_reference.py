@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from ascend_doctor.agent import config_reference as ref
+from ascend_doctor.cli import config_reference as ref
 from ascend_doctor.core.config import Config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -102,6 +102,6 @@ def test_generator_handles_sections_it_has_never_seen() -> None:
 def test_script_writes_the_same_text(tmp_path: Path) -> None:
     out = tmp_path / "configuration.md"
     subprocess.run(
-        [sys.executable, "-m", "ascend_doctor.agent.config_reference", str(out)], check=True
+        [sys.executable, "-m", "ascend_doctor.cli.config_reference", str(out)], check=True
     )
     assert out.read_text(encoding="utf-8") == ref.render()

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 import pytest
 
-from ascend_doctor.agent.cli import main
+from ascend_doctor.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md", ROOT / "deploy" / "README.md"]

@@ -27,7 +27,7 @@ from ascend_doctor.agent.telemetry.records import (
     to_otlp_proto,
 )
 from ascend_doctor.core.config import Config, TelemetryConfig
-from ascend_doctor.core.errors import ConfigError
+from ascend_doctor.core.errors import ConfigError, TelemetryError
 from ascend_doctor.core.events import (
     ActionResult,
     Category,
@@ -134,7 +134,7 @@ async def test_failed_action_records_the_logged_exception(tmp_path: Path) -> Non
     try:
         raise RuntimeError("npu-smi vanished")
     except RuntimeError:
-        logging.getLogger("ascend_doctor.agent.remediation.engine").exception("action failed")
+        logging.getLogger("ascend_doctor.agent.remediation.remediator").exception("action failed")
     reason = "RuntimeError: npu-smi vanished"
     store.add_action(inc.id, ActionResult("reset_device", {}, Outcome.FAILED, reason, T0 + 1))
     store.update_incident(inc.id, state=IncidentState.ESCALATED, resolved_at=T0 + 2)
@@ -246,19 +246,19 @@ def test_otlp_proto_and_json_round_trip() -> None:
     ids=["garbage", "truncated"],
 )
 def test_proto_decoding_rejects_garbage_and_truncation(body: bytes) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(TelemetryError):
         from_otlp_proto(body)
     full = to_otlp_proto(sample_records()).SerializeToString()
-    with pytest.raises(ValueError):
+    with pytest.raises(TelemetryError):
         from_otlp_proto(full[: len(full) // 2])
 
 
 def test_json_decoding_rejects_bad_ids() -> None:
     doc = to_otlp_json(sample_records())
     doc["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["traceId"] = "zz"
-    with pytest.raises(ValueError):
+    with pytest.raises(TelemetryError):
         from_otlp_json(json.dumps(doc).encode())
-    with pytest.raises(ValueError):
+    with pytest.raises(TelemetryError):
         from_otlp_json(b'{"resourceSpans": 3}')
 
 
@@ -392,7 +392,7 @@ async def test_one_signal_endpoint_exports_only_that_signal(
 ) -> None:
     """Only OTEL_EXPORTER_OTLP_TRACES_ENDPOINT (or only ..._METRICS_) set: the other signal is
     not exported; the SDK exporter would default to localhost:4318, the doctor's receiver."""
-    from ascend_doctor.agent.telemetry import core
+    from ascend_doctor.agent.telemetry import wiring
 
     made: list[str] = []
 
@@ -400,7 +400,7 @@ async def test_one_signal_endpoint_exports_only_that_signal(
         made.append(ep.metrics)
         return metric_exporter(ep)
 
-    monkeypatch.setattr(core, "metric_exporter", spy)
+    monkeypatch.setattr(wiring, "metric_exporter", spy)
     for var in ("ENDPOINT", "TRACES_ENDPOINT", "METRICS_ENDPOINT", "PROTOCOL", "TRACES_PROTOCOL"):
         monkeypatch.delenv(f"OTEL_EXPORTER_OTLP_{var}", raising=False)
     url = f"http://127.0.0.1:9/v1/{only.lower()}"  # discard port: nothing is sent in this test

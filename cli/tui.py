@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ascend_doctor.agent.cli_state import state_dir_option
+from ascend_doctor.cli.common import state_dir_option
 from ascend_doctor.core.config import default_state_dir
 from ascend_doctor.core.errors import DoctorError
 from ascend_doctor.core.store import STORE_NAME
@@ -42,7 +42,7 @@ def tui(state_dir: Path | None, store_file: Path | None) -> None:
     if store_file is not None:
         if not store_file.is_file():
             raise click.ClickException(f"{store_file}: no such store file")
-        from ascend_doctor.agent.bundle_store import is_bundle, store_from_bundle
+        from ascend_doctor.cli.bundle_store import is_bundle, store_from_bundle
 
         if is_bundle(store_file):  # a support bundle: its store is rebuilt in a temp dir
             work = Path(tempfile.mkdtemp(prefix="ascend-doctor-bundle-"))

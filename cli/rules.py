@@ -139,21 +139,22 @@ def _print_finding(f: Any, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per finding per line.")
 def findings(state_dir: Path | None, as_json: bool) -> None:
     """The stored findings, oldest first."""
-    from ascend_doctor.agent.cli_state import open_store
+    from ascend_doctor.cli.common import open_store
 
     store = open_store(state_dir)
     rows = store.findings()
     store.close()
     for r in rows:
+        f = r.finding
         row = {
-            "rule": r["rule"],
-            "category": r["category"],
-            "severity": r["severity"],
-            "path": r["path"],
-            "offset": r["offset"],
-            "text": r["evidence"][0]["text"] if r["evidence"] else r["summary"],
-            "incident": r["incident_id"],
-            "at": r["at"],
+            "rule": f.rule,
+            "category": f.category.value,
+            "severity": f.severity.label,
+            "path": f.path,
+            "offset": f.offset,
+            "text": f.evidence[0].text if f.evidence else f.summary,
+            "incident": r.incident_id,
+            "at": f.at,
         }
         if as_json:
             click.echo(json.dumps(row))

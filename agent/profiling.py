@@ -1,4 +1,5 @@
-"""``ascend-doctor profile``: capture a profile of the live server and record it.
+"""Profile capture of the live server (the daemon's ``capture_profile`` action and the
+``ascend-doctor profile`` command both use it).
 
 Two ways in (FORMATS.md sections 4 and 5):
 
@@ -9,7 +10,7 @@ Two ways in (FORMATS.md sections 4 and 5):
   ``msprof --dynamic=on --pid=PID --output=DIR``, driven by ``start``/``stop``/``quit`` on
   its prompt; the capture lands in a new ``PROF_*`` directory under DIR.
 
-Each capture is recorded as an artifact (kind, path, size, time span) in the store's meta.
+Each capture is recorded as an artifact (kind, path, size, time span) in the store.
 """
 
 from __future__ import annotations
@@ -19,42 +20,24 @@ import contextlib
 import shutil
 import sys
 import time
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import click
 import httpx
 
-from ascend_doctor.core.errors import DoctorError
+from ascend_doctor.core.config import ProfilingConfig
+from ascend_doctor.core.errors import RemediationError
+from ascend_doctor.core.records import Artifact
 from ascend_doctor.core.store import Store
 
-ARTIFACTS_KEY = "artifacts"
-"""Store meta key holding the list of recorded artifacts."""
 TORCH_KIND = "torch_profile"
 MSPROF_KIND = "msprof_profile"
 MODES = ("auto", "torch", "msprof")
 
 
-class ProfileError(DoctorError):
+class ProfileError(RemediationError):
     """A capture could not be taken; the message is shown as one line."""
-
-
-@dataclass(frozen=True)
-class Artifact:
-    """One captured profile on disk."""
-
-    kind: str
-    """``torch_profile`` or ``msprof_profile``."""
-    path: str
-    """Absolute path of the capture's top directory."""
-    size_bytes: int
-    """Total size of the files under ``path``."""
-    started_at: float
-    """Wall time (epoch seconds) the capture was started."""
-    ended_at: float
-    """Wall time (epoch seconds) the capture was stopped."""
 
 
 def dir_size(path: Path) -> int:
@@ -63,11 +46,10 @@ def dir_size(path: Path) -> int:
 
 
 def record_artifact(state_dir: Path, artifact: Artifact) -> None:
-    """Append ``artifact`` to the store's ``artifacts`` meta list."""
+    """Record ``artifact`` in the store of ``state_dir``."""
     store = Store.in_dir(state_dir)
     try:
-        items = store.meta(ARTIFACTS_KEY) or []
-        store.set_meta(ARTIFACTS_KEY, [*items, asdict(artifact)])
+        store.add_artifact(artifact)
     finally:
         store.close()
 
@@ -230,6 +212,34 @@ async def _wait_or_exit(proc: asyncio.subprocess.Process, duration: float) -> No
             await asyncio.gather(waiter, sleeper, return_exceptions=True)
 
 
+# -- the daemon's profiler -------------------------------------------------------------
+
+
+class ServerProfiler:
+    """Captures a torch profile of the server the doctor runs (the ``capture_profile`` action
+    and the operator's ``p`` request), and records it in the store."""
+
+    def __init__(
+        self, store: Store, config: ProfilingConfig, url: Callable[[], str], torch_dir: Path
+    ) -> None:
+        self.store = store
+        self.config = config
+        self._url = url
+        self.torch_dir = torch_dir
+        """Where the server writes its torch traces (``--profiler-config``)."""
+
+    async def capture(self) -> Artifact:
+        """One capture of ``profiling.capture_seconds``, recorded; ProfileError when the
+        server has no profiler."""
+        if not self.config.enabled or not self._url():
+            raise ProfileError("profiling.enabled is off: the server has no profiler")
+        art = await torch_capture(
+            self._url(), self.torch_dir, self.config.capture_seconds, timeout=60
+        )
+        self.store.add_artifact(art)
+        return art
+
+
 # -- choosing --------------------------------------------------------------------------
 
 
@@ -306,122 +316,3 @@ async def _auto(req: Request, url: str) -> tuple[Artifact, str]:
     else:
         return await _msprof(req), f"msprof attached to pid {req.pid} ({'; '.join(why_not)})"
     raise ProfileError("no profiler available; " + "; ".join(why_not))
-
-
-# -- command ---------------------------------------------------------------------------
-
-
-def _show(art: Artifact, why: str) -> None:
-    click.echo(f"profile: {why}")
-    click.echo(
-        f"artifact {art.kind}: {art.path} ({art.size_bytes} bytes, "
-        f"{art.ended_at - art.started_at:.1f}s captured)"
-    )
-
-
-@click.command("profile")
-@click.option(
-    "--mode",
-    type=click.Choice(MODES),
-    default="auto",
-    show_default=True,
-    help="torch: vLLM's /start_profile; msprof: attach to --pid; auto: what the server supports.",
-)
-@click.option("--duration", type=float, default=30.0, show_default=True, help="Seconds to capture.")
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Where the capture ends up (msprof --output; torch traces are copied here). "
-    "Default: STATE_DIR/profiles, else ./profiles.",
-)
-@click.option(
-    "--url",
-    default=None,
-    help="vLLM server (default: the watched server's, from --state-dir; else 127.0.0.1:8000).",
-)
-@click.option(
-    "--profiler-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="torch_profiler_dir the server was started with (default: from --state-dir when"
-    " the doctor started it with profiling.enabled).",
-)
-@click.option(
-    "--pid", type=int, default=None, help="Server pid for msprof (PROFILING_MODE=dynamic)."
-)
-@click.option("--msprof", "msprof_path", default=None, help="msprof binary (default: from PATH).")
-@click.option(
-    "--timeout",
-    type=float,
-    default=60.0,
-    show_default=True,
-    help="Seconds allowed for each step besides the capture itself.",
-)
-@click.option(
-    "--state-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Record the artifact in this state dir's store.",
-)
-def profile(
-    mode: str,
-    duration: float,
-    output: Path | None,
-    url: str | None,
-    profiler_dir: Path | None,
-    pid: int | None,
-    msprof_path: str | None,
-    timeout: float,
-    state_dir: Path | None,
-) -> None:
-    """Capture a profile of the live server (torch profiler or msprof) and record it."""
-    if duration < 0:
-        raise click.ClickException(f"--duration is {duration}: expected seconds >= 0")
-    if state_dir is not None:
-        url, profiler_dir, pid = _from_state(state_dir, url, profiler_dir, pid)
-    url = url or "http://127.0.0.1:8000"
-    out = output or ((state_dir / "profiles") if state_dir else Path("profiles"))
-    req = Request(mode, duration, url, profiler_dir, pid, msprof_path, out.absolute(), timeout)
-    try:
-        art, why = asyncio.run(capture(req))
-        if art.kind == TORCH_KIND and output is not None:
-            art = _copy(art, output)
-        if state_dir is not None:
-            record_artifact(state_dir, art)
-    except (DoctorError, OSError) as exc:
-        raise click.ClickException(str(exc)) from None
-    _show(art, why)
-
-
-def _from_state(
-    state_dir: Path, url: str | None, profiler_dir: Path | None, pid: int | None
-) -> tuple[str | None, Path | None, int | None]:
-    """What the watching doctor knows: the server's URL, profiler dir and pid."""
-    try:
-        store = Store.in_dir(state_dir, readonly=True)
-    except DoctorError:
-        return url, profiler_dir, pid
-    try:
-        prof = store.meta("profiling") or {}
-        server = store.meta("server") or {}
-    finally:
-        store.close()
-    if profiler_dir is None and prof.get("torch_dir"):
-        profiler_dir = Path(prof["torch_dir"])
-    if url is None and prof.get("url"):
-        url = str(prof["url"])
-    if pid is None and prof.get("msprof") and server.get("state") == "RUNNING":
-        pid = server.get("pid")
-    return url, profiler_dir, pid
-
-
-def _copy(art: Artifact, output: Path) -> Artifact:
-    src = Path(art.path)
-    output.mkdir(parents=True, exist_ok=True)
-    dst = output.absolute() / src.name
-    if dst.resolve() != src.resolve():
-        shutil.copytree(src, dst, dirs_exist_ok=True)
-    fields: dict[str, Any] = {**asdict(art), "path": str(dst.resolve())}
-    return Artifact(**fields)

@@ -14,63 +14,19 @@ from typing import Any
 import click
 
 from ascend_doctor import __version__
-from ascend_doctor.core.config import Config, default_state_dir, load_config
+from ascend_doctor.cli.common import (
+    config_from,
+    config_option,
+    open_store,
+    resolve_state_dir,
+    setup_logging,
+    state_dir_option,
+)
+from ascend_doctor.cli.views import incident_dicts
+from ascend_doctor.core.config import Config
 from ascend_doctor.core.errors import DoctorError
-from ascend_doctor.core.events import Severity
-from ascend_doctor.core.store import Store
 
 log = logging.getLogger("ascend_doctor")
-
-
-def setup_logging(verbose: bool, logfile: Path | None = None) -> None:
-    """Doctor logs to stderr (or a file), one line each."""
-    handler: logging.Handler = (
-        logging.FileHandler(logfile) if logfile else logging.StreamHandler(sys.stderr)
-    )
-    from ascend_doctor.agent.telemetry.logctx import TraceContextFilter
-
-    handler.addFilter(TraceContextFilter())  # trace_id/span_id inside a span (issue 7)
-    handler.setFormatter(
-        logging.Formatter(
-            "%(asctime)s ascend-doctor %(levelname)s %(name)s:%(trace_ctx)s %(message)s"
-        )
-    )
-    root = logging.getLogger("ascend_doctor")
-    root.handlers[:] = [handler]
-    root.setLevel(logging.DEBUG if verbose else logging.INFO)
-    root.propagate = False
-    # the file watcher's own messages (a stop racing its thread) go where ours go
-    wd = logging.getLogger("watchdog")
-    wd.handlers[:] = [handler]
-    wd.setLevel(logging.WARNING)
-    wd.propagate = False
-
-
-def _config(path: Path | None) -> Config:
-    try:
-        return load_config(path)
-    except DoctorError as exc:
-        raise click.ClickException(str(exc)) from None
-
-
-def _state_dir(value: Path | None) -> Path:
-    return value if value is not None else default_state_dir()
-
-
-state_dir_option = click.option(
-    "--state-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Where the store and the server log live (default: $XDG_STATE_HOME/ascend-doctor, "
-    "or /var/lib/ascend-doctor as root).",
-)
-config_option = click.option(
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="TOML config file (every key has a default).",
-)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -134,7 +90,7 @@ def watch(
             raise click.UsageError(str(exc)) from None
     elif url or pid is not None or restart_command:
         raise click.UsageError("--url, --pid and --restart-command go with --attach")
-    config = _config(config_path)
+    config = config_from(config_path)
     if dry_run:
         config = _with_remediation(config, dry_run=True)
     if logs:
@@ -145,7 +101,7 @@ def watch(
         raise click.ClickException(f"command not found: {command[0]}")
     setup_logging(verbose)
     spec = LaunchSpec(tuple(command)) if command else None
-    status = run_watch(config, _state_dir(state_dir), spec, attach=attached)
+    status = run_watch(config, resolve_state_dir(state_dir), spec, attach=attached)
     sys.exit(status)
 
 
@@ -197,17 +153,17 @@ def demo(
     with_tui: bool,
 ) -> None:
     """Run the doctor on a simulated Ascend host through fault scenarios."""
-    from ascend_doctor.agent import demo as demo_mod
+    from ascend_doctor.cli import demo as demo_mod
 
     if list_only:
         for name, description in demo_mod.scenario_list():
             click.echo(f"{name:14} {description}")
         return
     if with_tui:  # the demo runs as a child process; the TUI reads its state dir
-        from ascend_doctor.agent.cli_tui import demo_with_tui
+        from ascend_doctor.cli.tui import demo_with_tui
 
         sys.exit(demo_with_tui(scenarios, state_dir))
-    config = _config(config_path) if config_path else None
+    config = config_from(config_path) if config_path else None
     try:
         ok = demo_mod.run_demo(list(scenarios), state_dir, config, verbose=verbose)
     except DoctorError as exc:
@@ -223,8 +179,6 @@ def incidents(ctx: click.Context, state_dir: Path | None, as_json: bool) -> None
     """List incidents with their remediation decisions (or: incidents ack ID)."""
     if ctx.invoked_subcommand is not None:
         return
-    from ascend_doctor.agent.cli_state import open_store
-
     store = open_store(state_dir)
     rows = incident_dicts(store)
     store.close()
@@ -255,8 +209,8 @@ def incidents(ctx: click.Context, state_dir: Path | None, as_json: bool) -> None
 )
 def diagnose(paths: tuple[Path, ...], as_json: bool, rule_dirs: tuple[Path, ...]) -> None:
     """Offline root-cause analysis of log files, plog/slog trees or a support bundle."""
-    from ascend_doctor.agent.diagnose import diagnose as run_diagnose
-    from ascend_doctor.agent.diagnose import report
+    from ascend_doctor.cli.diagnose import diagnose as run_diagnose
+    from ascend_doctor.cli.diagnose import report
     from ascend_doctor.rules import load_rules
 
     try:
@@ -326,46 +280,15 @@ def _print_report(rep: dict[str, Any]) -> None:
         click.echo(f"unreadable: {u['path']}: {u['error']}", err=True)
 
 
-def incident_dicts(store: Store) -> list[dict[str, Any]]:
-    """Incidents as the JSON shape the CLI prints."""
-    out = []
-    for inc in store.incidents():
-        out.append(
-            {
-                "id": inc.id,
-                "category": inc.category.value,
-                "subject": inc.subject,
-                "state": inc.state.value,
-                "severity": Severity(inc.severity).label,
-                "acknowledged": inc.acknowledged,
-                "opened_at": inc.opened_at,
-                "resolved_at": inc.resolved_at,
-                "summary": inc.summary,
-                "rule": inc.rule,
-                "actions": [
-                    {
-                        "name": a.name,
-                        "params": a.params,
-                        "outcome": a.outcome.value,
-                        "reason": a.reason,
-                        "at": a.at,
-                    }
-                    for a in store.actions(inc.id)
-                ],
-            }
-        )
-    return out
-
-
 def _register() -> None:
-    from ascend_doctor.agent.bundle import bundle
-    from ascend_doctor.agent.check import check
-    from ascend_doctor.agent.cli_alerts import alerts_group, silence_group
-    from ascend_doctor.agent.cli_rules import findings, rules_group
-    from ascend_doctor.agent.cli_state import ack, overrides_group, status
-    from ascend_doctor.agent.cli_traces import show, traces_group
-    from ascend_doctor.agent.cli_tui import tui
-    from ascend_doctor.agent.profile import profile
+    from ascend_doctor.cli.alerts import alerts_group, silence_group
+    from ascend_doctor.cli.bundle import bundle
+    from ascend_doctor.cli.check import check
+    from ascend_doctor.cli.profile import profile
+    from ascend_doctor.cli.rules import findings, rules_group
+    from ascend_doctor.cli.state import ack, overrides_group, status
+    from ascend_doctor.cli.traces import show, traces_group
+    from ascend_doctor.cli.tui import tui
 
     main.add_command(rules_group)
     main.add_command(findings)
@@ -384,4 +307,4 @@ def _register() -> None:
 
 _register()
 
-__all__ = ["incident_dicts", "main", "run_watch", "setup_logging"]
+__all__ = ["main", "run_watch"]

@@ -17,9 +17,10 @@ from typing import Any
 
 import click
 
-from ascend_doctor.agent.cli import incident_dicts, setup_logging
 from ascend_doctor.agent.daemon import Daemon
 from ascend_doctor.agent.launch import LaunchSpec
+from ascend_doctor.cli.common import setup_logging
+from ascend_doctor.cli.views import incident_dicts
 from ascend_doctor.core.config import Config
 from ascend_doctor.core.errors import ConfigError
 from ascend_doctor.core.events import IncidentState
@@ -189,8 +190,8 @@ def _timeline(store: Store, first_incident: int, started: float) -> None:
     events: list[tuple[float, str]] = []
     for e in store.process_events(limit=200):
         shown = ("STARTING", "RUNNING", "EXITED", "STOPPED", "FATAL")
-        if e["at"] >= started and e["state"] in shown:
-            events.append((e["at"], f"server    {e['state']:8} {e['reason']}"))
+        if e.at >= started and e.state.value in shown:
+            events.append((e.at, f"server    {e.state.value:8} {e.reason}"))
     for inc in incident_dicts(store):
         if inc["id"] <= first_incident:
             continue

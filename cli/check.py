@@ -51,7 +51,7 @@ PROBE = (
 )
 
 
-from ascend_doctor.agent.compat import (  # noqa: E402
+from ascend_doctor.cli.compat import (  # noqa: E402
     CheckResult,
     CompatRow,
     Status,

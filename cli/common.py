@@ -1,0 +1,88 @@
+"""What every command shares: logging set-up, the common options, the config and the store
+as a command opens them (a bad file or a missing store is one line, never a traceback)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import click
+
+from ascend_doctor.core.config import Config, default_state_dir, load_config
+from ascend_doctor.core.errors import DoctorError
+from ascend_doctor.core.store import STORE_NAME, Store
+
+
+def setup_logging(verbose: bool, logfile: Path | None = None) -> None:
+    """Doctor logs to stderr (or a file), one line each."""
+    handler: logging.Handler = (
+        logging.FileHandler(logfile) if logfile else logging.StreamHandler(sys.stderr)
+    )
+    from ascend_doctor.agent.telemetry.logctx import TraceContextFilter
+
+    handler.addFilter(TraceContextFilter())  # trace_id/span_id inside a span (issue 7)
+    handler.setFormatter(
+        logging.Formatter(
+            "%(asctime)s ascend-doctor %(levelname)s %(name)s:%(trace_ctx)s %(message)s"
+        )
+    )
+    root = logging.getLogger("ascend_doctor")
+    root.handlers[:] = [handler]
+    root.setLevel(logging.DEBUG if verbose else logging.INFO)
+    root.propagate = False
+    # the file watcher's own messages (a stop racing its thread) go where ours go
+    wd = logging.getLogger("watchdog")
+    wd.handlers[:] = [handler]
+    wd.setLevel(logging.WARNING)
+    wd.propagate = False
+
+
+def config_from(path: Path | None) -> Config:
+    """The config at ``path`` (defaults when None); a bad file is a one-line error."""
+    try:
+        return load_config(path)
+    except DoctorError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def resolve_state_dir(value: Path | None) -> Path:
+    """The state dir given, else the default one."""
+    return value if value is not None else default_state_dir()
+
+
+state_dir_option = click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where the store and the server log live (default: $XDG_STATE_HOME/ascend-doctor, "
+    "or /var/lib/ascend-doctor as root).",
+)
+config_option = click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="TOML config file (every key has a default).",
+)
+
+
+def open_store(state_dir: Path | None, *, write: bool = False) -> Store:
+    """The store of a state dir for a CLI command; a one-line error when there is none."""
+    d = state_dir or default_state_dir()
+    if not (d / STORE_NAME).exists():
+        raise click.ClickException(f"{d / STORE_NAME}: no store here (has the doctor run?)")
+    try:
+        return Store.in_dir(d, readonly=not write)
+    except DoctorError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+__all__ = [
+    "config_from",
+    "config_option",
+    "open_store",
+    "resolve_state_dir",
+    "setup_logging",
+    "state_dir_option",
+]

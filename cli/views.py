@@ -1,0 +1,79 @@
+"""What the CLI prints of the store, as data: the JSON shapes that ``incidents --json``, the
+bundle and the demo share."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ascend_doctor.core.events import ProcessEvent, Severity
+from ascend_doctor.core.store import Store, StoredFinding
+
+
+def incident_dicts(store: Store) -> list[dict[str, Any]]:
+    """Incidents as the JSON shape the CLI prints."""
+    out = []
+    for inc in store.incidents():
+        out.append(
+            {
+                "id": inc.id,
+                "category": inc.category.value,
+                "subject": inc.subject,
+                "state": inc.state.value,
+                "severity": Severity(inc.severity).label,
+                "acknowledged": inc.acknowledged,
+                "opened_at": inc.opened_at,
+                "resolved_at": inc.resolved_at,
+                "summary": inc.summary,
+                "rule": inc.rule,
+                "actions": [
+                    {
+                        "name": a.name,
+                        "params": a.params,
+                        "outcome": a.outcome.value,
+                        "reason": a.reason,
+                        "at": a.at,
+                    }
+                    for a in store.actions(inc.id)
+                ],
+            }
+        )
+    return out
+
+
+def finding_dict(stored: StoredFinding) -> dict[str, Any]:
+    """A stored finding as JSON (``findings.json`` of a bundle reads back into the store)."""
+    f = stored.finding
+    return {
+        "id": stored.id,
+        "incident_id": stored.incident_id,
+        "rule": f.rule,
+        "category": f.category.value,
+        "severity": f.severity.label,
+        "role": f.role.value,
+        "subject": f.subject,
+        "summary": f.summary,
+        "captures": f.captures,
+        "evidence": [
+            {"path": e.path, "offset": e.offset, "line": e.line, "text": e.text} for e in f.evidence
+        ],
+        "path": f.path,
+        "file_id": f.file_id,
+        "offset": f.offset,
+        "at": f.at,
+    }
+
+
+def process_event_dict(event: ProcessEvent) -> dict[str, Any]:
+    """A supervisor state change as JSON."""
+    return {
+        "state": event.state.value,
+        "previous": event.previous.value,
+        "pid": event.pid,
+        "exit_code": event.exit_code,
+        "crashed": event.crashed,
+        "reason": event.reason,
+        "at": event.at,
+    }
+
+
+__all__ = ["finding_dict", "incident_dicts", "process_event_dict"]
