@@ -270,7 +270,7 @@ def build_report(
     advisor_status: str = "not run",
 ) -> ProfileReport:
     """Assemble the report from rank profiles (pure)."""
-    ranks = _dedupe(ranks, problems)
+    ranks = _dedupe(number_ranks(ranks), problems)
     slowest = find_slowest(ranks)
     return ProfileReport(
         root=root,
@@ -302,7 +302,7 @@ def load(root: Path) -> tuple[list[RankProfile], list[str], list[Capture]]:
             f"{root}: no capture found (no ASCEND_PROFILER_OUTPUT, mindstudio_profiler_output "
             "or cluster_analysis_output below it)"
         )
-    return number_ranks(ranks), problems, captures
+    return ranks, problems, captures
 
 
 def number_ranks(ranks: list[RankProfile]) -> list[RankProfile]:
