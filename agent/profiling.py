@@ -269,7 +269,7 @@ class ServerProfiler:
         )
         # Reading a capture is CPU-bound for a second or more (bench/profile_analysis.py: 0.9 s
         # for 30 MiB) and the advisor for minutes: off the daemon's loop.
-        art = await asyncio.to_thread(summarize, art)
+        art = await asyncio.to_thread(summarize, art, self.config.advisor)
         self.store.add_artifact(art)
         return art
 
