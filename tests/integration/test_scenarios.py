@@ -113,7 +113,8 @@ def test_hang_with_health_200_is_detected_from_metrics_and_restarted(tmp_path: P
     assert inc["state"] == "resolved"
     names = [(a["name"], a["outcome"]) for a in inc["actions"]]
     assert ("collect_diagnostics", "ok") in names and ("restart", "ok") in names
-    assert ("capture_profile", "refused") in names  # profiling is off: said, not failed
+    # the demo runs with profiling on: the profile before the restart is taken and analysed
+    assert ("capture_profile", "ok") in names
     assert names[-1] == ("verify", "ok")
 
 
