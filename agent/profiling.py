@@ -10,7 +10,9 @@ Two ways in (FORMATS.md sections 4 and 5):
   ``msprof --dynamic=on --pid=PID --output=DIR``, driven by ``start``/``stop``/``quit`` on
   its prompt; the capture lands in a new ``PROF_*`` directory under DIR.
 
-Each capture is recorded as an artifact (kind, path, size, time span) in the store.
+Each capture is recorded as an artifact (kind, path, size, time span) in the store, with
+the analysis of it (``collectors/profiling``: the step split, top operators, copies, the
+slow rank; msprof-analyze's advisor where it is installed) as its ``analysis``.
 """
 
 from __future__ import annotations
@@ -21,13 +23,15 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
 
+from ascend_doctor.collectors.profiling import analyze, render_text
 from ascend_doctor.core.config import ProfilingConfig
 from ascend_doctor.core.errors import RemediationError
-from ascend_doctor.core.records import Artifact
+from ascend_doctor.core.records import Artifact, ProfileSummary
 from ascend_doctor.core.store import Store
 
 TORCH_KIND = "torch_profile"
@@ -51,6 +55,34 @@ def record_artifact(state_dir: Path, artifact: Artifact) -> None:
         store.add_artifact(artifact)
     finally:
         store.close()
+
+
+def capture_dirs(art: Artifact) -> list[Path]:
+    """The directories of one capture: a torch capture writes one ``*_ascend_pt`` per rank
+    (each worker its own), all created after the capture started; msprof writes one."""
+    top = Path(art.path)
+    if art.kind != TORCH_KIND or not top.parent.is_dir():
+        return [top]
+    # A second of slack: the directory's time and time.time() come from different clocks.
+    siblings = [
+        p
+        for p in top.parent.glob("*_ascend_pt")
+        if p.is_dir() and not p.is_symlink() and p.stat().st_mtime >= art.started_at - 1.0
+    ]
+    return sorted({top, *siblings})
+
+
+def summarize(art: Artifact, advisor: bool = True) -> Artifact:
+    """``art`` with the analysis of its capture; a capture that cannot be read says why
+    in its summary instead (the capture itself is kept either way)."""
+    try:
+        report = analyze(capture_dirs(art), advisor=advisor)
+    except (OSError, ValueError) as exc:
+        summary = ProfileSummary(f"analysis failed: {exc}", "")
+    else:
+        slow = report.slowest.rank if report.slowest is not None else None
+        summary = ProfileSummary(report.headline, render_text(report), slow, report.advisor_status)
+    return replace(art, analysis=summary)
 
 
 def _new_dirs(root: Path, pattern: str, before: set[Path]) -> list[Path]:
@@ -235,5 +267,8 @@ class ServerProfiler:
         art = await torch_capture(
             self._url(), self.torch_dir, self.config.capture_seconds, timeout=60
         )
+        # Reading a capture is CPU-bound for a second or more (bench/profile_analysis.py: 0.9 s
+        # for 30 MiB) and the advisor for minutes: off the daemon's loop.
+        art = await asyncio.to_thread(summarize, art, self.config.advisor)
         self.store.add_artifact(art)
         return art

@@ -31,7 +31,16 @@ from ascend_doctor.sim.host import SimHost
 from ascend_doctor.sim.scenarios import Scenario, list_scenarios, load_scenario
 
 SCENARIO_DEADLINE = 45.0  # seconds one scenario may take before it counts as not recovered
-TOUR = ("kv-cache", "npu-oom", "device-fault", "graph-capture", "hang", "device-busy", "crash-loop")
+TOUR = (
+    "kv-cache",
+    "npu-oom",
+    "device-fault",
+    "graph-capture",
+    "hang",
+    "slow-decode",
+    "device-busy",
+    "crash-loop",
+)
 """The order of the tour: the fixes first, then what only a human can fix."""
 
 
@@ -66,10 +75,15 @@ def demo_config() -> Config:
         collectors=dataclasses.replace(
             base.collectors,
             npu_smi=dataclasses.replace(base.collectors.npu_smi, interval=1.0, timeout=5.0),
-            vllm=dataclasses.replace(base.collectors.vllm, interval=1.0),
+            # the latency baseline is the first healthy seconds, not the first hour
+            vllm=dataclasses.replace(base.collectors.vllm, interval=1.0, baseline_seconds=4.0),
             process=dataclasses.replace(base.collectors.process, interval=1.0),
         ),
         rules=dataclasses.replace(base.rules, dirs=(*base.rules.dirs, str(_demo_rules()))),
+        # the slow-decode scenario's capture_profile; the advisor would take most of the tour
+        profiling=dataclasses.replace(
+            base.profiling, enabled=True, capture_seconds=2.0, advisor=False
+        ),
     )
 
 

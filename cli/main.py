@@ -276,6 +276,12 @@ def _print_report(rep: dict[str, Any]) -> None:
         click.echo("\nTIMELINE")
     for t in rep["timeline"][:200]:
         click.echo(f"  {t['at'] or '?':26} {t['role']:7} {t['rule']:36} {t['path']}:{t['line']}")
+    if rep.get("profiles"):
+        click.echo("\nPROFILES (captured by the doctor, newest last)")
+    for prof in rep.get("profiles", []):
+        click.echo(f"  {prof['kind']} {prof['path']}: {prof['headline']}")
+    if rep.get("profiles") and rep["profiles"][-1]["report"]:
+        click.echo("\n" + rep["profiles"][-1]["report"].rstrip())
     for u in rep["unreadable"]:
         click.echo(f"unreadable: {u['path']}: {u['error']}", err=True)
 

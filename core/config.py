@@ -94,6 +94,9 @@ class VllmConfig:
     """Seconds between runs."""
     timeout: float = 5.0
     """Seconds before a request is abandoned."""
+    baseline_seconds: float = 3600.0
+    """Healthy time with requests flowing over which the TTFT and inter-token latency p99
+    baselines are learned (the first hour); the ``*_p99_ratio`` fields compare to them."""
 
 
 @dataclass(frozen=True)
@@ -174,6 +177,9 @@ class ProfilingConfig:
     """Start the server with ``PROFILING_MODE=dynamic`` so msprof can attach."""
     capture_seconds: float = 10.0
     """How long the ``capture_profile`` remediation action records."""
+    advisor: bool = True
+    """Also run msprof-analyze's advisor on each capture the doctor takes, where it is
+    installed (it can take minutes on a large capture)."""
 
 
 @dataclass(frozen=True)
@@ -371,6 +377,7 @@ POSITIVE = {
     "collectors.vllm.interval",
     "collectors.process.interval",
     "collectors.vllm.timeout",
+    "collectors.vllm.baseline_seconds",
     "remediation.command_timeout",
     "remediation.probe_timeout",
     "alerts.poll_interval",

@@ -84,6 +84,20 @@ class CollectorStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class ProfileSummary:
+    """What the analysis of a capture said (``collectors/profiling``), kept with it."""
+
+    headline: str
+    """One sentence naming the slow part."""
+    report: str
+    """The terminal report with bars, as ``profile analyze`` prints it."""
+    slow_rank: int | None = None
+    """The slow rank, if the ranks are uneven."""
+    advisor: str = "not run"
+    """msprof-analyze advisor's status (``ran: ...``, ``not installed``...)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Artifact:
     """One captured profile on disk."""
 
@@ -97,6 +111,8 @@ class Artifact:
     """Wall time (epoch seconds) the capture was started."""
     ended_at: float
     """Wall time (epoch seconds) the capture was stopped."""
+    analysis: ProfileSummary | None = None
+    """The analysis of the capture; None until analysed (or when it could not be)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,6 +256,7 @@ __all__ = [
     "DoctorStatus",
     "LaunchRecord",
     "Ledger",
+    "ProfileSummary",
     "ProfilingSetup",
     "ServerStatus",
     "SinkStatus",

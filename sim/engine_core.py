@@ -23,6 +23,7 @@ from ascend_doctor.sim.models import (
     activation_bytes,
     fmt_gib,
 )
+from ascend_doctor.sim.msprof import SLOW_KEY
 from ascend_doctor.sim.state import find_device, read_state, take_quirk
 from ascend_doctor.sim.vlog import API, ENGINE, Plog, VllmOut
 
@@ -118,10 +119,13 @@ class Engine:
                 # a stuck collective: the request never finishes, /health still says 200
                 self.stop.wait()
                 return False
-            ttft = ttft_seconds(prompt_tokens)
+            # A slow part injected on one rank (``profile_slow``) slows every step of the
+            # group, prefill and decode alike: the ranks meet at each all-reduce.
+            slow = self._slow_factor()
+            ttft = ttft_seconds(prompt_tokens) * slow
             time.sleep(ttft)
             # Decode quickly: the sim is about failures, not throughput.
-            time.sleep(min(0.5, max_tokens * 0.001))
+            time.sleep(min(0.5, max_tokens * 0.001) * slow)
             if self.dead.is_set():
                 return False
             with self._lock:
@@ -140,6 +144,21 @@ class Engine:
             with self._lock:
                 self.running -= 1
                 self.active_tokens -= prompt_tokens + max_tokens
+
+    def _slow_factor(self) -> float:
+        """How much slower each step runs (``profile_slow`` in the host state; 1: not)."""
+        if self.state_path is None:
+            return 1.0
+        try:
+            raw = read_state(self.state_path).get(SLOW_KEY)
+        except (OSError, ValueError):
+            return 1.0
+        if not isinstance(raw, dict):
+            return 1.0
+        try:
+            return max(1.0, float(raw.get("factor", 1.0)))
+        except (TypeError, ValueError):
+            return 1.0
 
     def _die(self, root_cause: str) -> None:
         """Print the engine's fatal error, then the API server's EngineDeadError."""

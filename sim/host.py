@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ascend_doctor.sim.faults import get_fault
+from ascend_doctor.sim.msprof import SLOW_KEY
 from ascend_doctor.sim.state import (
     QUIRKS,
     STATE_ENV,
@@ -145,6 +146,14 @@ class SimHost:
             raise ValueError(f"unknown npu-smi mode {mode!r} (known: {', '.join(NPU_SMI_MODES)})")
         with update_state(self.state_path) as state:
             state["npu_smi_mode"] = mode
+
+    def set_slow(self, slow: dict[str, Any] | None) -> None:
+        """Slow one rank's operator or collective (``sim.msprof.SLOW_KEY``); None: undo."""
+        with update_state(self.state_path) as state:
+            if slow is None:
+                state.pop(SLOW_KEY, None)
+            else:
+                state[SLOW_KEY] = slow
 
     def set_quirk(self, name: str, value: str | None) -> None:
         """Switch a host behaviour on (see ``sim.state.QUIRKS``) or off (``None``)."""

@@ -65,7 +65,8 @@ async def capture_profile(
         artifact = await ctx.host.profile()
     except Exception as exc:
         return Done(Outcome.FAILED, f"profile not captured: {exc}")
-    return Done(Outcome.OK, f"profile recorded in {artifact.path}", encode(artifact))
+    said = f": {artifact.analysis.headline}" if artifact.analysis is not None else ""
+    return Done(Outcome.OK, f"profile recorded in {artifact.path}{said}", encode(artifact))
 
 
 async def restart(ctx: Context, inc: Incident, params: dict[str, Any], ev: Evidence) -> Done:

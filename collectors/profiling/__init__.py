@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from ascend_doctor.collectors.profiling.advisor import run_advisor
@@ -25,14 +27,27 @@ from ascend_doctor.collectors.profiling.model import (
 from ascend_doctor.collectors.profiling.render import render_text
 
 
-def analyze(root: Path, *, advisor: bool = True, advisor_exe: str | None = None) -> ProfileReport:
-    """Analyse every capture under ``root``; with ``advisor``, run msprof-analyze too."""
-    ranks, problems, captures = load(Path(root))
+def analyze(
+    root: Path | Sequence[Path], *, advisor: bool = True, advisor_exe: str | None = None
+) -> ProfileReport:
+    """Analyse every capture under ``root`` (a directory, or the directories of one capture's
+    ranks); with ``advisor``, run msprof-analyze too (on their common parent)."""
+    roots = [Path(root)] if isinstance(root, str | Path) else [Path(r) for r in root]
+    ranks: list[RankProfile] = []
+    problems: list[str] = []
+    found = False
+    for r in roots:
+        more, probs, captures = load(r)
+        ranks += more
+        problems += probs
+        found |= bool(captures)
     findings: tuple[AdvisorFinding, ...] = ()
     status = "not run"
-    if advisor and captures:
-        findings, status = run_advisor(Path(root), advisor_exe)
-    return build_report(str(root), ranks, problems, findings, status)
+    if advisor and found:
+        target = roots[0] if len(roots) == 1 else Path(os.path.commonpath(roots))
+        findings, status = run_advisor(target, advisor_exe)
+    label = str(roots[0]) if len(roots) == 1 else ", ".join(str(r) for r in roots)
+    return build_report(label, ranks, problems, findings, status)
 
 
 __all__ = [

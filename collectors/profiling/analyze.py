@@ -175,6 +175,7 @@ def find_slowest(ranks: Sequence[RankProfile]) -> SlowRank | None:
         part_gap_us=part_gap,
         operator=op,
         operator_gap_us=op_gap,
+        wait_gap_us=max(0.0, statistics.median(waits[r.rank] for r in others) - waits[slow.rank]),
     )
 
 
@@ -218,10 +219,16 @@ def headline(ranks: Sequence[RankProfile], slowest: SlowRank | None) -> str:
     if slowest is not None:
         steps = next((r.split.steps for r in ranks if r.rank == slowest.rank and r.split), 1)
         unit = "per step" if steps > 1 else "over the capture"
-        text = (
-            f"rank {slowest.rank} is the slow rank: {_ms(slowest.gap_us)} {unit} above the "
-            f"others ({slowest.gap_share:.0%}), in {slowest.part}"
-        )
+        if slowest.gap_us > 0:
+            text = (
+                f"rank {slowest.rank} is the slow rank: {_ms(slowest.gap_us)} {unit} above the "
+                f"others ({slowest.gap_share:.0%}), in {slowest.part}"
+            )
+        else:
+            text = (
+                f"rank {slowest.rank} is the slow rank: the others wait "
+                f"{_ms(slowest.wait_gap_us)} longer in the collectives {unit}"
+            )
         if slowest.operator:
             text += f"; {slowest.operator} grew by {_ms(slowest.operator_gap_us)}"
         return text + f" ({slowest.reason})"
@@ -270,7 +277,7 @@ def build_report(
     advisor_status: str = "not run",
 ) -> ProfileReport:
     """Assemble the report from rank profiles (pure)."""
-    ranks = _dedupe(ranks, problems)
+    ranks = _dedupe(number_ranks(ranks), problems)
     slowest = find_slowest(ranks)
     return ProfileReport(
         root=root,
@@ -302,7 +309,7 @@ def load(root: Path) -> tuple[list[RankProfile], list[str], list[Capture]]:
             f"{root}: no capture found (no ASCEND_PROFILER_OUTPUT, mindstudio_profiler_output "
             "or cluster_analysis_output below it)"
         )
-    return number_ranks(ranks), problems, captures
+    return ranks, problems, captures
 
 
 def number_ranks(ranks: list[RankProfile]) -> list[RankProfile]:

@@ -142,6 +142,8 @@ class SlowRank:
     """The operator (or collective) whose time grew most against the others, if any."""
     operator_gap_us: float = 0.0
     """How much its total time grew."""
+    wait_gap_us: float = 0.0
+    """How much longer the other ranks wait in collectives than it does (median)."""
 
     @property
     def gap_us(self) -> float:

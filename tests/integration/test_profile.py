@@ -19,6 +19,8 @@ from ascend_doctor.cli.profile import profile
 from ascend_doctor.core.records import encode
 from ascend_doctor.core.store import Store
 from ascend_doctor.sim.host import SimHost
+from ascend_doctor.sim.msprof import SLOW_KEY
+from ascend_doctor.sim.state import update_state
 
 pytestmark = pytest.mark.integration
 
@@ -110,6 +112,11 @@ def test_torch_mode_captures_and_records_the_ascend_pt_dir(
     assert isinstance(started, float) and isinstance(ended, float)
     assert ended - started >= 1.0
     assert str(top) in out
+    # Analysed as it was captured: the summary is stored with it and printed.
+    analysis = item["analysis"]
+    assert isinstance(analysis, dict)
+    assert str(analysis["headline"]).startswith("rank 0: captured NPU time")
+    assert analysis["headline"] in out and "top operators" in str(analysis["report"])
 
 
 def test_msprof_mode_attaches_to_a_dynamic_server(
@@ -166,3 +173,29 @@ def test_torch_mode_needs_profiler_dir_and_a_route(plain: Server, tmp_path: Path
     assert code != 0 and "--profiler-dir" in out
     code, out = run("--mode", "torch", "--url", plain.url, "--profiler-dir", str(tmp_path))
     assert code != 0 and "404" in out and "--profiler-config" in out
+
+
+def test_a_capture_of_a_tp2_server_names_the_slow_rank(host: SimHost, tmp_path: Path) -> None:
+    prof = tmp_path / "tp2-prof"
+    cfg = json.dumps({"profiler": "torch", "torch_profiler_dir": str(prof)})
+    env = {"ASCEND_RT_VISIBLE_DEVICES": "4,5"}
+    server = Server(host, ["--tensor-parallel-size", "2", "--profiler-config", cfg], env)
+    try:
+        with update_state(host.state_path) as state:
+            state[SLOW_KEY] = {"rank": 1, "part": "collective", "factor": 5.0}
+        state_dir = tmp_path / "state"
+        code, out = run(
+            "--mode", "torch", "--url", server.url, "--profiler-dir", str(prof),
+            "--state-dir", str(state_dir), "--no-advisor",
+        )  # fmt: skip
+    finally:
+        with update_state(host.state_path) as state:
+            state.pop(SLOW_KEY, None)
+        server.close()
+    assert code == 0, out
+    assert len(list(prof.glob("*_ascend_pt"))) == 2
+    (item,) = artifacts(state_dir)
+    analysis = item["analysis"]
+    assert isinstance(analysis, dict) and analysis["slow_rank"] == 1
+    assert "rank 1 is the slow rank" in str(analysis["headline"])
+    assert "hcom_allReduce" in out and "<- slow" in out

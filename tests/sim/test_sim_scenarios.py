@@ -23,6 +23,7 @@ def test_shipped_scenarios_load() -> None:
         "hang",
         "kv-cache",
         "npu-oom",
+        "slow-decode",
     ]
     kv = load_scenario("kv-cache")
     assert kv.flags == ("--max-model-len", "32768", "--gpu-memory-utilization", "0.5")
@@ -36,6 +37,9 @@ def test_shipped_scenarios_load() -> None:
     assert busy.expected_state == "escalated"
     assert [(h.device, h.name) for h in busy.host.holders] == [(6, "python3")]
     assert load_scenario("crash-loop").host.quirks == {"aicore": "always"}
+    slow = load_scenario("slow-decode").stimulus
+    assert slow.traffic_seconds > slow.slow_after_seconds > 0
+    assert slow.slow == {"rank": 1, "part": "collective", "factor": 8}
 
 
 def test_invalid_host_setup_is_named(tmp_path: Path) -> None:
