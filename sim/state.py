@@ -44,7 +44,13 @@ def _bus_id(n: int) -> str:
 
 
 def initial_state(
-    devices: int, reset_seconds: float, load_seconds: float, npu_smi_log: Path
+    devices: int,
+    reset_seconds: float,
+    load_seconds: float,
+    npu_smi_log: Path,
+    *,
+    vllm_version: str = "0.11",
+    kernel_log: Path | None = None,
 ) -> dict[str, Any]:
     """Return a fresh state: ``devices`` healthy idle 910B3 cards and no processes."""
     return {
@@ -70,6 +76,12 @@ def initial_state(
         "reset_seconds": reset_seconds,
         "load_seconds": load_seconds,
         "npu_smi_log": str(npu_smi_log),
+        "vllm_version": vllm_version,
+        "kernel_log": str(kernel_log) if kernel_log else None,
+        # An 800T A2's eight NPUs are joined by HCCS: npu-smi resets them all at once.
+        "reset_scope": "board",
+        "driver_hang_seconds": 0.0,
+        "profile_parse_seconds": 1.0,
     }
 
 
