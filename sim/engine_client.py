@@ -106,7 +106,10 @@ class EngineClient:
     def profile(self, start: bool) -> bool:
         """``profile_async(is_start)``: False if the engine died before it answered."""
         cid = f"u{next(self._ids)}"
-        return self._call({"op": "utility", "call": "profile", "is_start": start, "cid": cid}, cid) is not None
+        return (
+            self._call({"op": "utility", "call": "profile", "is_start": start, "cid": cid}, cid)
+            is not None
+        )
 
     def log_stats(self, stop: threading.Event, interval: float) -> None:
         """Thread body: the periodic stats line, suppressed while idle."""

@@ -76,7 +76,9 @@ class EngineCore:
             self._check_kv_cache(plan)
             self.executor.capture()
         except WorkerError as exc:
-            self.out.log("ERROR", "core.py:708", f"EngineCore failed to start.\n{exc.frames}\n{exc.text}")
+            self.out.log(
+                "ERROR", "core.py:708", f"EngineCore failed to start.\n{exc.frames}\n{exc.text}"
+            )
             failed = f"{{'{self.version.engine_name}': 1}}"
             self.ch.send({"ev": "init_failed", "failed": failed})
             return False
@@ -182,7 +184,9 @@ class EngineCore:
         return None
 
     def _die(self, frames: str, text: str) -> int:
-        self.out.log("ERROR", "core.py:710", f"EngineCore encountered a fatal error.\n{frames}\n{text}")
+        self.out.log(
+            "ERROR", "core.py:710", f"EngineCore encountered a fatal error.\n{frames}\n{text}"
+        )
         self.ch.send({"ev": "dead"})
         return 1
 

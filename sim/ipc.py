@@ -58,9 +58,9 @@ class Channel:
             pass
 
 
-def spawn(module: str, args: Sequence[str], env: dict[str, str] | None = None) -> tuple[
-    subprocess.Popen[bytes], Channel
-]:
+def spawn(
+    module: str, args: Sequence[str], env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[bytes], Channel]:
     """Start ``python -m module args...`` with a socket to it; stdout/stderr are inherited.
 
     The child joins our process group, like a multiprocessing child of vLLM."""

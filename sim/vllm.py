@@ -91,7 +91,11 @@ class ApiServer:
         rc = self._fail_config()
         if rc is not None:
             return rc
-        out.log("INFO", "model.py:547", f"Resolved architecture: {model_profile(cfg.model).architecture}")
+        out.log(
+            "INFO",
+            "model.py:547",
+            f"Resolved architecture: {model_profile(cfg.model).architecture}",
+        )
         out.log("INFO", "model.py:1510", f"Using max model len {cfg.max_model_len}")
         # Bind before the engine starts, like vLLM: probes during loading get no answer.
         self.httpd = SimServer((cfg.host, cfg.port), cfg, self.version, out, prof_dir)
@@ -190,7 +194,11 @@ def main(argv: list[str] | None = None) -> int:
     cfg = build_config(ns, version)
     out.log("INFO", "utils.py:233", f"non-default args: {cfg.non_default!r}")
     prof_dir = profiler_dir(ns, version)
-    if prof_dir is not None and version.profiler == "both" and getattr(ns, "profiler_config", None) is None:
+    if (
+        prof_dir is not None
+        and version.profiler == "both"
+        and getattr(ns, "profiler_config", None) is None
+    ):
         out.log(
             "WARNING",
             "profiler.py:96",

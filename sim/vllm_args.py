@@ -122,7 +122,10 @@ def _flag_table(version: VersionProfile) -> list[_Flag]:
         (("--pipeline-parallel-size", "-pp"), {"type": int}),
         (("--data-parallel-size", "-dp"), {"type": int}),
         (("--enable-expert-parallel",), {"action": bool_opt}),
-        (("--distributed-executor-backend",), {"choices": ["ray", "mp", "uni", "external_launcher"]}),
+        (
+            ("--distributed-executor-backend",),
+            {"choices": ["ray", "mp", "uni", "external_launcher"]},
+        ),
         (("--served-model-name",), {"nargs": "+"}),
         (("--quantization", "-q"), {}),
         (("--load-format",), {}),
@@ -162,7 +165,8 @@ def parse_args(argv: list[str], version: VersionProfile) -> argparse.Namespace:
     """Parse ``serve MODEL [flags]`` strictly; argparse exits 2 on anything unknown."""
     # vLLM accepts --flag_name for --flag-name (FlexibleArgumentParser.parse_args).
     norm = [
-        re.sub(r"^(--[^=.]*)", lambda m: m.group(1).replace("_", "-"), a) if a.startswith("--")
+        re.sub(r"^(--[^=.]*)", lambda m: m.group(1).replace("_", "-"), a)
+        if a.startswith("--")
         else a
         for a in argv
     ]

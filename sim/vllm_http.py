@@ -149,7 +149,9 @@ class Handler(BaseHTTPRequestHandler):
         )
         self._send(200, b"")
 
-    def _log_request(self, request_id: str, prompt: str, max_tokens: int, body: dict[str, Any]) -> None:
+    def _log_request(
+        self, request_id: str, prompt: str, max_tokens: int, body: dict[str, Any]
+    ) -> None:
         params = _sampling_params(max_tokens, body)
         if self.server.version.request_log == "prompt":
             ids = list(range(100, 100 + len(prompt.split())))

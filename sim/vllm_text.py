@@ -119,7 +119,9 @@ def no_cache_memory_error(version: VersionProfile) -> str:
     if version.kv_form == "v11":
         return text + "."
     if version.kv_form == "v23":
-        text += " (this flag also controls CPU memory reservation on the CPU backend, despite its name)"
+        text += (
+            " (this flag also controls CPU memory reservation on the CPU backend, despite its name)"
+        )
     return f"{text}. {_DOCS}"
 
 
@@ -133,7 +135,9 @@ def free_memory_error(free_gib: float, total_gib: float, util: float) -> str:
 
 
 def _pta(pid: int, logical: int, stamp: str) -> str:
-    return f"[ERROR] {stamp} (PID:{pid}, Device:{logical}, RankID:-1) ERR00100 PTA call acl api failed"
+    return (
+        f"[ERROR] {stamp} (PID:{pid}, Device:{logical}, RankID:-1) ERR00100 PTA call acl api failed"
+    )
 
 
 def set_device_error(pid: int, logical: int) -> str:

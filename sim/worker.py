@@ -146,7 +146,9 @@ class Worker:
             self.cfg.tensor_parallel_size,
             self.cfg.block_size,
         )
-        self.out.log("INFO", "default_loader.py:267", f"Loading weights took {load_seconds:.2f} seconds")
+        self.out.log(
+            "INFO", "default_loader.py:267", f"Loading weights took {load_seconds:.2f} seconds"
+        )
         self.out.log(
             "INFO",
             "model_runner_v1.py:2345",
@@ -176,7 +178,9 @@ class Worker:
         """ACL graph capture (skipped with --enforce-eager)."""
         if self.cfg.enforce_eager:
             return
-        fails = self.state_path is not None and take_quirk(self.state_path, "graph_capture") == "fail"
+        fails = (
+            self.state_path is not None and take_quirk(self.state_path, "graph_capture") == "fail"
+        )
         self.out.log(
             "INFO",
             "acl_graph.py:150",
@@ -203,7 +207,9 @@ class Worker:
             " 7, there is an exception of fftsplus aicore error, core id is 7, error code = 0,"
             " dump info: pc start: 0x12c0c136b000",
         )
-        raise WorkerError(txt.PROFILE_RUN_FRAMES, txt.aicore_error(self.pid, self.device), at_start=True)
+        raise WorkerError(
+            txt.PROFILE_RUN_FRAMES, txt.aicore_error(self.pid, self.device), at_start=True
+        )
 
     # -- serving -------------------------------------------------------------------------
     def execute(self, prompt_tokens: int, max_tokens: int) -> float:

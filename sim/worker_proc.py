@@ -91,7 +91,9 @@ def main() -> int:
         state_path: Path | None = state_path_from_env()
     except FileNotFoundError:
         state_path = None
-    worker = Worker(cfg, rank, version, out, Plog(log_root_from_env(), pid, [device]), state_path, pid)
+    worker = Worker(
+        cfg, rank, version, out, Plog(log_root_from_env(), pid, [device]), state_path, pid
+    )
     atexit.register(worker.release)
 
     def on_signal(signum: int, frame: FrameType | None) -> None:

@@ -104,7 +104,9 @@ def test_a_holder_stuck_in_the_driver_keeps_the_card(serve: Serve, host: SimHost
     assert holders(host) == {}
 
 
-def test_profile_calls_block_while_the_engine_is_stuck(serve: Serve, host: SimHost, tmp_path: Path) -> None:
+def test_profile_calls_block_while_the_engine_is_stuck(
+    serve: Serve, host: SimHost, tmp_path: Path
+) -> None:
     host.set_quirk("hang", "once")
     prof = tmp_path / "prof"
     run = serve(QWEN7, env={"VLLM_TORCH_PROFILER_DIR": str(prof)}, version="0.11")

@@ -40,11 +40,15 @@ def plain(text: str) -> str:
     return ANSI.sub("", text).replace("\r", "")
 
 
-@pytest.mark.parametrize(("version", "engine"), [("0.11", "EngineCore_DP0"), ("0.23", "EngineCore")])
+@pytest.mark.parametrize(
+    ("version", "engine"), [("0.11", "EngineCore_DP0"), ("0.23", "EngineCore")]
+)
 def test_too_large_max_model_len_is_refused(
     serve: Serve, host: SimHost, version: str, engine: str
 ) -> None:
-    run = serve(QWEN14, ["--max-model-len", "32768", "--gpu-memory-utilization", "0.5"], version=version)
+    run = serve(
+        QWEN14, ["--max-model-len", "32768", "--gpu-memory-utilization", "0.5"], version=version
+    )
     assert run.wait() == 1
     out = plain(run.output())
     (line,) = [ln for ln in out.splitlines() if KV_ERRORS[version] in ln]
@@ -93,7 +97,8 @@ def test_serves_and_stops_gracefully(serve: Serve, host: SimHost, version: str) 
     assert c.get(f"{run.base}/v1/models").json()["data"][0]["max_model_len"] == 16384
     assert c.get(f"{run.base}/version").json() == {"version": f"{version}.0"}
     done = c.post(
-        f"{run.base}/v1/completions", json={"model": QWEN14, "prompt": "one two three", "max_tokens": 4}
+        f"{run.base}/v1/completions",
+        json={"model": QWEN14, "prompt": "one two three", "max_tokens": 4},
     )
     assert done.status_code == 200
     assert done.json()["usage"] == {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}
@@ -153,7 +158,7 @@ def test_log_requests_per_release(serve: Serve, version: str) -> None:
     (line,) = [ln for ln in plain(run.output()).splitlines() if "Received request cmpl-" in ln]
     assert "params: SamplingParams(n=1, " in line and "max_tokens=2," in line
     if version == "0.11":
-        assert ": prompt: \"it's me\", params:" in line  # repr-quoted, as vLLM logs it
+        assert ': prompt: "it\'s me", params:' in line  # repr-quoted, as vLLM logs it
     else:
         assert "prompt" not in line.split("params:")[0]
 
