@@ -16,8 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from ascend_doctor.sim.faults import get_fault
-from ascend_doctor.sim.versions import VersionProfile
-from ascend_doctor.sim.versions import get_profile as get_version
 from ascend_doctor.sim.state import (
     QUIRKS,
     STATE_ENV,
@@ -27,6 +25,8 @@ from ascend_doctor.sim.state import (
     update_state,
     write_state,
 )
+from ascend_doctor.sim.versions import VersionProfile
+from ascend_doctor.sim.versions import get_profile as get_version
 
 NPU_SMI_MODES = ("normal", "hang", "garbage")
 _SETTINGS = (

@@ -52,7 +52,8 @@ def _sampling_params(max_tokens: int, body: dict[str, Any]) -> str:
     return (
         f"SamplingParams(n={int(body.get('n', 1))}, presence_penalty=0.0, "
         "frequency_penalty=0.0, repetition_penalty=1.0, "
-        f"temperature={float(body.get('temperature', 1.0))}, top_p={float(body.get('top_p', 1.0))}, "
+        f"temperature={float(body.get('temperature', 1.0))}, "
+        f"top_p={float(body.get('top_p', 1.0))}, "
         "top_k=0, min_p=0.0, seed=None, stop=[], stop_token_ids=[], bad_words=[], "
         f"include_stop_str_in_output=False, ignore_eos=False, max_tokens={max_tokens}, "
         "min_tokens=0, logprobs=None, prompt_logprobs=None, skip_special_tokens=True, "

@@ -15,9 +15,11 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
+    gc_collector,
     generate_latest,
+    platform_collector,
+    process_collector,
 )
-from prometheus_client import gc_collector, platform_collector, process_collector
 
 from ascend_doctor.sim.engine_core import ServeConfig
 from ascend_doctor.sim.versions import VersionProfile

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from ascend_doctor.sim.host import SimHost
-from ascend_doctor.sim.npu_smi_format import render_info
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "npu_smi" / "info-910b-8cards.txt"
 
