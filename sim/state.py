@@ -12,6 +12,7 @@ import fcntl
 import json
 import os
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -139,9 +140,13 @@ def pid_alive(pid: int) -> bool:
 
 
 def prune_dead(state: dict[str, Any]) -> bool:
-    """Drop process records whose pid is gone; return True if any were dropped."""
+    """Drop process records whose pid is gone; return True if any were dropped.
+
+    A record with ``held_until`` in the future stays: its process was stuck in the driver
+    when it was killed, and the driver lets go of the card only when that call returns."""
     procs = state["processes"]
-    live = [p for p in procs if pid_alive(int(p["pid"]))]
+    now = time.time()
+    live = [p for p in procs if pid_alive(int(p["pid"])) or float(p.get("held_until", 0)) > now]
     state["processes"] = live
     return len(live) != len(procs)
 

@@ -9,12 +9,16 @@ with status 0, as vLLM does; a failed engine start makes it exit 1.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import subprocess
 import sys
 import threading
 from pathlib import Path
 from types import FrameType
+
+import psutil
 
 from ascend_doctor.sim import vllm_text as txt
 from ascend_doctor.sim.engine_client import EngineClient
@@ -176,6 +180,7 @@ class ApiServer:
             self.httpd.shutdown()
         if self.engine is not None:
             self.engine.shutdown()
+        _stop_engine(proc)
         if serving:
             out.raw(
                 "INFO:     Shutting down\nINFO:     Waiting for application shutdown.\n"
@@ -183,6 +188,28 @@ class ApiServer:
                 f"INFO:     Finished server process [{os.getpid()}]"
             )
         return 0
+
+
+def _stop_engine(proc: object) -> None:
+    """vLLM's ``shutdown(procs)``: SIGTERM, 5 s to go, then SIGKILL the process tree
+    (vllm/v1/utils.py ``shutdown``, ``kill_process_tree``)."""
+    if not isinstance(proc, subprocess.Popen):
+        return
+    if proc.poll() is None:
+        proc.terminate()
+    try:
+        proc.wait(timeout=5)
+        return
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        tree = [*psutil.Process(proc.pid).children(recursive=True), psutil.Process(proc.pid)]
+    except psutil.NoSuchProcess:
+        return
+    for p in tree:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.kill()
+    proc.wait()
 
 
 def main(argv: list[str] | None = None) -> int:

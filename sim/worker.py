@@ -284,6 +284,12 @@ class Worker:
             return
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if self.state_path is not None:
+            # SIGKILL cannot end a driver call either: the card stays held until it returns.
+            with update_state(self.state_path) as state:
+                for p in state["processes"]:
+                    if p["pid"] == self.pid:
+                        p["held_until"] = time.time() + seconds
         time.sleep(seconds)
 
     # -- profiling -----------------------------------------------------------------------
