@@ -28,6 +28,7 @@ from ascend_doctor.agent.supervisor import ExitDecision, Probe, Sleep
 from ascend_doctor.core.config import ServerConfig
 from ascend_doctor.core.errors import ConfigError
 from ascend_doctor.core.events import ProcessEvent, ProcessState
+from ascend_doctor.core.procs import pid_alive
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +172,7 @@ class AttachedServer:
             await self._sleep(interval)
 
     async def _check(self) -> None:
-        if self.pid is not None and not _alive(self.pid):
+        if self.pid is not None and not pid_alive(self.pid):
             old, self.pid = self.pid, None  # whoever starts it again, it will have a new pid
             if self.state == ProcessState.RUNNING:
                 await self._down(f"pid {old} exited", old)
@@ -232,7 +233,7 @@ class AttachedServer:
         deadline = self._wall() + self.config.start_timeout
         while not self._shutdown and self._wall() < deadline:
             if await self._probe():
-                self.pid = self.attach.pid if _alive(self.attach.pid) else None
+                self.pid = self.attach.pid if pid_alive(self.attach.pid) else None
                 self.pid = self.pid or listening_pid(self.attach.port)
                 self._failures = 0
                 self._change(ProcessState.RUNNING, "healthy after the restart command")
@@ -261,15 +262,6 @@ class AttachedServer:
         log.info("attached server %s: %s", state.value, reason)
         self._on_change(event)
         return event
-
-
-def _alive(pid: int | None) -> bool:
-    if pid is None:
-        return False
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 __all__ = ["AttachSpec", "AttachedServer", "listening_pid", "process_spec"]

@@ -1,8 +1,13 @@
-"""Findings become incidents, grouped by (category, subject), with a lifecycle.
+"""Findings become incidents, grouped by (category, subject), with a lifecycle; the
+:class:`IncidentManager` is the one owner of incident state.
 
 A root finding opens an incident or joins the active one of its category and
 subject ("server" matches any subject: a line that does not name its device).
 A symptom joins the newest active incident; alone, it opens one of its own.
+
+Every change of an incident goes through the manager: a step taken, an escalation, a
+resolution, an acknowledgement, a root that arrived after its symptom. A change of state is
+checked against :data:`TRANSITIONS`; anything else is a bug and raises.
 """
 
 from __future__ import annotations
@@ -12,12 +17,32 @@ import time
 from collections.abc import Callable, Iterable
 
 from ascend_doctor.core.config import IncidentsConfig
-from ascend_doctor.core.events import Finding, Incident, IncidentState, Role
+from ascend_doctor.core.errors import RemediationError
+from ascend_doctor.core.events import ACTIVE_STATES, Finding, Incident, IncidentState, Role
 from ascend_doctor.core.store import Store
 
 log = logging.getLogger(__name__)
 
-ACTIVE = (IncidentState.OPEN, IncidentState.MITIGATING)
+TRANSITIONS: dict[IncidentState, frozenset[IncidentState]] = {
+    # open -> mitigating: a step changed something and the server restarts with it
+    # open -> escalated: no step left, the policy refused, or a step failed
+    # open -> resolved: the failure went away on its own before any step (verified)
+    IncidentState.OPEN: frozenset(
+        {IncidentState.MITIGATING, IncidentState.ESCALATED, IncidentState.RESOLVED}
+    ),
+    # mitigating -> mitigating: the next step after one that did not help
+    IncidentState.MITIGATING: frozenset(
+        {IncidentState.MITIGATING, IncidentState.RESOLVED, IncidentState.ESCALATED}
+    ),
+    # resolved and escalated are final: a failure that comes back opens a new incident
+    IncidentState.RESOLVED: frozenset(),
+    IncidentState.ESCALATED: frozenset(),
+}
+"""The allowed changes of an incident's state."""
+
+
+class IncidentStateError(RemediationError):
+    """A change of an incident's state that the lifecycle does not allow (a bug)."""
 
 
 class IncidentManager:
@@ -51,7 +76,7 @@ class IncidentManager:
         return needs
 
     def _place(self, f: Finding) -> tuple[Incident, bool]:
-        active = self.store.incidents(states=ACTIVE)
+        active = self.store.incidents(states=ACTIVE_STATES)
         near = [i for i in active if f.at - i.opened_at <= self.config.window]
         if f.role == Role.ROOT:
             for inc in reversed(active):
@@ -74,6 +99,7 @@ class IncidentManager:
                             summary=f.summary,
                             subject=f.subject,
                             severity=max(f.severity, inc.severity),
+                            plan=f.remediation,
                         )
                         return promoted, True
                     # close in time to an earlier root: evidence of the same failure
@@ -86,13 +112,54 @@ class IncidentManager:
                 return inc, self._recurred(inc, f)
         return self._open(f), True
 
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def stepped(self, incident_id: int, *, applied: bool) -> Incident:
+        """A remediation step was decided: the next one is due next time; ``applied`` (a change
+        the server restarts with) makes the incident mitigating."""
+        inc = self.store.incident(incident_id)
+        fields: dict[str, object] = {"step": inc.step + 1, "attempts": inc.attempts + 1}
+        if applied:
+            self._check(inc, IncidentState.MITIGATING)
+            fields["state"] = IncidentState.MITIGATING
+        return self.store.update_incident(incident_id, **fields)
+
+    def escalate(self, incident_id: int, why: str) -> Incident:
+        """The incident goes to a human."""
+        inc = self.store.incident(incident_id)
+        self._check(inc, IncidentState.ESCALATED)
+        log.error("incident %d escalated: %s", incident_id, why)
+        return self.store.update_incident(
+            incident_id, state=IncidentState.ESCALATED, resolved_at=self._clock()
+        )
+
+    def resolve(self, incident_id: int, why: str) -> Incident:
+        """Verified healthy: the incident is over."""
+        inc = self.store.incident(incident_id)
+        self._check(inc, IncidentState.RESOLVED)
+        log.warning("incident %d resolved: %s", incident_id, why)
+        return self.store.update_incident(
+            incident_id, state=IncidentState.RESOLVED, resolved_at=self._clock()
+        )
+
+    def acknowledge(self, incident_id: int) -> Incident:
+        """An operator has seen it (any state)."""
+        return self.store.update_incident(incident_id, acknowledged=True)
+
+    @staticmethod
+    def _check(inc: Incident, to: IncidentState) -> None:
+        if to not in TRANSITIONS[inc.state]:
+            raise IncidentStateError(
+                f"incident {inc.id} cannot go from {inc.state.value} to {to.value}"
+            )
+
     def _open(self, f: Finding) -> Incident:
         inc = self.store.open_incident(f)
         log.warning("incident %d opened: %s (%s)", inc.id, f.summary, f.category)
         return inc
 
     def _has_root(self, inc: Incident) -> bool:
-        return any(x["role"] == Role.ROOT.value for x in self.store.findings(inc.id))
+        return any(x.finding.role == Role.ROOT for x in self.store.findings(inc.id))
 
     def _recurred(self, inc: Incident, f: Finding) -> bool:
         """A root seen again after the server was restarted by the last step: next step."""
@@ -103,4 +170,4 @@ class IncidentManager:
         return last <= self.last_start <= f.at
 
 
-__all__ = ["ACTIVE", "IncidentManager"]
+__all__ = ["TRANSITIONS", "IncidentManager", "IncidentStateError"]

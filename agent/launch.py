@@ -6,10 +6,14 @@ doctor relaunches the server with what was learned.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from urllib.parse import urlsplit
 
+from ascend_doctor.core.config import ProfilingConfig
+from ascend_doctor.core.errors import ConfigError
 from ascend_doctor.core.store import Override
 
 
@@ -110,8 +114,33 @@ def check_url(url: str) -> str:
     """A health base URL must be http(s) on some host; returns it without a trailing slash."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ValueError(f"expected an http:// URL, got {url!r}")
+        raise ConfigError(f"expected an http:// URL, got {url!r}")
     return url.rstrip("/")
 
 
-__all__ = ["LaunchSpec", "check_url"]
+def server_spec(
+    base: LaunchSpec,
+    overrides: Iterable[Override],
+    profiling: ProfilingConfig,
+    torch_dir: Path,
+    traces_url: str | None,
+) -> LaunchSpec:
+    """The spec the doctor starts the server with: the operator's command, every learned
+    override, and what the doctor's own features need (the profiler's directory, PROFILING_MODE
+    for msprof, vLLM's OTLP exporter pointed at the doctor's receiver)."""
+    spec = base.apply(overrides)
+    if profiling.enabled and profiling.legacy_env:
+        spec = spec.with_env("VLLM_TORCH_PROFILER_DIR", str(torch_dir))
+    elif profiling.enabled and spec.flag("--profiler-config") is None:
+        cfg = {"profiler": "torch", "torch_profiler_dir": str(torch_dir)}
+        spec = spec.with_flag("--profiler-config", json.dumps(cfg))
+    if profiling.msprof:
+        spec = spec.with_env("PROFILING_MODE", "dynamic")
+    if traces_url is not None and spec.flag("--otlp-traces-endpoint") is None:
+        # vLLM's exporter defaults to grpc; the receiver speaks OTLP/HTTP
+        spec = spec.with_flag("--otlp-traces-endpoint", traces_url)
+        spec = spec.with_env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf")
+    return spec
+
+
+__all__ = ["LaunchSpec", "check_url", "server_spec"]

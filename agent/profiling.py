@@ -10,7 +10,7 @@ Two ways in (FORMATS.md sections 4 and 5):
   ``msprof --dynamic=on --pid=PID --output=DIR``, driven by ``start``/``stop``/``quit`` on
   its prompt; the capture lands in a new ``PROF_*`` directory under DIR.
 
-Each capture is recorded as an artifact (kind, path, size, time span) in the store's meta.
+Each capture is recorded as an artifact (kind, path, size, time span) in the store.
 """
 
 from __future__ import annotations
@@ -20,40 +20,24 @@ import contextlib
 import shutil
 import sys
 import time
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
-from ascend_doctor.core.errors import DoctorError
+from ascend_doctor.core.config import ProfilingConfig
+from ascend_doctor.core.errors import RemediationError
+from ascend_doctor.core.records import Artifact
 from ascend_doctor.core.store import Store
 
-ARTIFACTS_KEY = "artifacts"
-"""Store meta key holding the list of recorded artifacts."""
 TORCH_KIND = "torch_profile"
 MSPROF_KIND = "msprof_profile"
 MODES = ("auto", "torch", "msprof")
 
 
-class ProfileError(DoctorError):
+class ProfileError(RemediationError):
     """A capture could not be taken; the message is shown as one line."""
-
-
-@dataclass(frozen=True)
-class Artifact:
-    """One captured profile on disk."""
-
-    kind: str
-    """``torch_profile`` or ``msprof_profile``."""
-    path: str
-    """Absolute path of the capture's top directory."""
-    size_bytes: int
-    """Total size of the files under ``path``."""
-    started_at: float
-    """Wall time (epoch seconds) the capture was started."""
-    ended_at: float
-    """Wall time (epoch seconds) the capture was stopped."""
 
 
 def dir_size(path: Path) -> int:
@@ -62,11 +46,10 @@ def dir_size(path: Path) -> int:
 
 
 def record_artifact(state_dir: Path, artifact: Artifact) -> None:
-    """Append ``artifact`` to the store's ``artifacts`` meta list."""
+    """Record ``artifact`` in the store of ``state_dir``."""
     store = Store.in_dir(state_dir)
     try:
-        items = store.meta(ARTIFACTS_KEY) or []
-        store.set_meta(ARTIFACTS_KEY, [*items, asdict(artifact)])
+        store.add_artifact(artifact)
     finally:
         store.close()
 
@@ -227,6 +210,34 @@ async def _wait_or_exit(proc: asyncio.subprocess.Process, duration: float) -> No
             task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.gather(waiter, sleeper, return_exceptions=True)
+
+
+# -- the daemon's profiler -------------------------------------------------------------
+
+
+class ServerProfiler:
+    """Captures a torch profile of the server the doctor runs (the ``capture_profile`` action
+    and the operator's ``p`` request), and records it in the store."""
+
+    def __init__(
+        self, store: Store, config: ProfilingConfig, url: Callable[[], str], torch_dir: Path
+    ) -> None:
+        self.store = store
+        self.config = config
+        self._url = url
+        self.torch_dir = torch_dir
+        """Where the server writes its torch traces (``--profiler-config``)."""
+
+    async def capture(self) -> Artifact:
+        """One capture of ``profiling.capture_seconds``, recorded; ProfileError when the
+        server has no profiler."""
+        if not self.config.enabled or not self._url():
+            raise ProfileError("profiling.enabled is off: the server has no profiler")
+        art = await torch_capture(
+            self._url(), self.torch_dir, self.config.capture_seconds, timeout=60
+        )
+        self.store.add_artifact(art)
+        return art
 
 
 # -- choosing --------------------------------------------------------------------------

@@ -16,12 +16,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
 
-from ascend_doctor.agent.remediation.policy import Policy
+from ascend_doctor.agent.incidents import IncidentManager
+from ascend_doctor.agent.remediation.policy import acknowledge_incident
 from ascend_doctor.agent.remediation.remediator import StepResult
 from ascend_doctor.core.config import RemediationConfig
-from ascend_doctor.core.store import Request, Store
+from ascend_doctor.core.records import Artifact
+from ascend_doctor.core.store import Request
 
 log = logging.getLogger(__name__)
 
@@ -33,14 +34,15 @@ class RequestRunner:
 
     def __init__(
         self,
-        store: Store,
+        incidents: IncidentManager,
         config: RemediationConfig,
         *,
         step: Callable[[int], Awaitable[StepResult]],
-        profile: Callable[[], Awaitable[dict[str, Any]]],
+        profile: Callable[[], Awaitable[Artifact]],
         clock: Callable[[], float],
     ) -> None:
-        self.store = store
+        self.incidents = incidents
+        self.store = incidents.store
         self.config = config
         self.step = step
         """Runs the next remediation step of an incident (the daemon applies a restart)."""
@@ -79,7 +81,7 @@ class RequestRunner:
     async def _carry_out(self, req: Request) -> tuple[bool, str]:
         if req.kind == "profile":
             art = await self.profile()
-            return True, f"profile captured: {art.get('path', art)}"
+            return True, f"profile captured: {art.path}"
         if req.incident_id is None:
             return False, f"{req.kind} needs an incident"
         try:
@@ -87,7 +89,7 @@ class RequestRunner:
         except KeyError:
             return False, f"no incident #{req.incident_id}"
         if req.kind == "ack":
-            Policy(self.store, self.config, self.clock).acknowledge_incident(inc.id)
+            acknowledge_incident(self.incidents, inc.id, self.clock)
             return (
                 True,
                 f"incident #{inc.id} acknowledged; the {inc.category.value} breaker re-arms",

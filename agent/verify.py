@@ -12,10 +12,9 @@ from collections.abc import Awaitable, Callable
 
 import httpx
 
-from ascend_doctor.agent.incidents import ACTIVE
+from ascend_doctor.agent.incidents import IncidentManager
 from ascend_doctor.core.config import RemediationConfig
-from ascend_doctor.core.events import Incident, IncidentState, Outcome
-from ascend_doctor.core.store import Store
+from ascend_doctor.core.events import ACTIVE_STATES, Incident, IncidentState, Outcome
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +47,7 @@ class Verifier:
 
     def __init__(
         self,
-        store: Store,
+        incidents: IncidentManager,
         config: RemediationConfig,
         record: Record,
         url: Callable[[], str],
@@ -56,7 +55,8 @@ class Verifier:
         probe: Probe = completion_probe,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.store = store
+        self.incidents = incidents
+        self.store = incidents.store
         self.config = config
         self._record = record
         self._url = url
@@ -68,7 +68,7 @@ class Verifier:
         """Mitigating incidents whose last step came before this run of the server."""
         return [
             inc
-            for inc in self.store.incidents(states=ACTIVE)
+            for inc in self.store.incidents(states=ACTIVE_STATES)
             if inc.state == IncidentState.MITIGATING
             and (acts := self.store.actions(inc.id))
             and acts[-1].at <= run_start
@@ -90,10 +90,7 @@ class Verifier:
         for inc in waiting:
             self._record(inc.id, "verify", Outcome.OK if ok else Outcome.FAILED, why)
             if ok:
-                self.store.update_incident(
-                    inc.id, state=IncidentState.RESOLVED, resolved_at=self._clock()
-                )
-                log.warning("incident %d resolved: %s", inc.id, why)
+                self.incidents.resolve(inc.id, why)
             else:
                 # healthy but not serving: the step did not help, the next one runs
                 log.error("incident %d not resolved: %s", inc.id, why)

@@ -17,7 +17,7 @@ from ascend_doctor.agent.alerts import Alert, Delivery, Kind, Sink, build_sinks
 from ascend_doctor.cli.bundle import parse_since
 from ascend_doctor.cli.common import open_store, state_dir_option
 from ascend_doctor.core.config import load_config
-from ascend_doctor.core.errors import DoctorError
+from ascend_doctor.core.errors import ConfigError, DoctorError
 from ascend_doctor.core.events import Category
 
 config_option = click.option(
@@ -128,7 +128,7 @@ def silence_add(
         )
     try:
         seconds = parse_since(duration)
-    except ValueError as exc:
+    except ConfigError as exc:
         raise click.BadParameter(str(exc), param_hint="--for") from None
     store = open_store(state_dir, write=True)
     try:

@@ -36,7 +36,7 @@ import click
 
 from ascend_doctor import __version__
 from ascend_doctor.core.config import default_state_dir
-from ascend_doctor.core.errors import CollectorError, DoctorError
+from ascend_doctor.core.errors import CollectorError, ConfigError, DoctorError
 from ascend_doctor.core.store import STORE_NAME, Store
 
 MB = 1024 * 1024
@@ -55,7 +55,7 @@ def parse_since(text: str) -> float:
     """``30m``, ``2h``, ``1d`` (or ``45s``) as seconds; ValueError otherwise."""
     m = _SINCE.match(text)
     if not m:
-        raise ValueError(f"'{text}': expected a number and a unit s, m, h or d (e.g. 2h)")
+        raise ConfigError(f"'{text}': expected a number and a unit s, m, h or d (e.g. 2h)")
     return float(m.group(1)) * _UNIT[m.group(2).lower()]
 
 
@@ -193,17 +193,6 @@ def tailed_paths(state_dir: Path) -> list[str]:
         conn.close()
 
 
-def _store_meta(state_dir: Path) -> dict[str, Any]:
-    conn = sqlite3.connect(f"file:{state_dir / STORE_NAME}?mode=ro", uri=True, timeout=5.0)
-    try:
-        rows = conn.execute("SELECT key, value FROM meta ORDER BY key").fetchall()
-    except sqlite3.Error:
-        return {}
-    finally:
-        conn.close()
-    return {str(k): json.loads(v) for k, v in rows}
-
-
 def _overlaps(incident: dict[str, Any], cutoff: float) -> bool:
     resolved = incident.get("resolved_at")
     return incident["opened_at"] >= cutoff or resolved is None or resolved >= cutoff
@@ -211,7 +200,7 @@ def _overlaps(incident: dict[str, Any], cutoff: float) -> bool:
 
 def store_members(state_dir: Path, cutoff: float | None) -> list[tuple[str, bytes]]:
     """The store's state as JSON members under ``store/``; a missing store becomes a note."""
-    from ascend_doctor.cli.views import incident_dicts
+    from ascend_doctor.cli.views import finding_dict, incident_dicts, process_event_dict
 
     try:
         store = Store.in_dir(state_dir, readonly=True)
@@ -219,8 +208,8 @@ def store_members(state_dir: Path, cutoff: float | None) -> list[tuple[str, byte
         return [("store/NOTE.txt", f"store not included: {exc}\n".encode())]
     try:
         incidents = incident_dicts(store)
-        findings = store.findings()
-        events = store.process_events(limit=1_000_000)
+        findings = [finding_dict(f) for f in store.findings()]
+        events = [process_event_dict(e) for e in store.process_events(limit=1_000_000)]
         if cutoff is not None:
             incidents = [i for i in incidents if _overlaps(i, cutoff)]
             findings = [f for f in findings if f["at"] >= cutoff]
@@ -235,7 +224,7 @@ def store_members(state_dir: Path, cutoff: float | None) -> list[tuple[str, byte
             "process_events": events,
             "samples": {c: store.latest_samples(c) for c in ("npu_smi", "vllm", "process")},
             "overrides": overrides,
-            "meta": redact(_store_meta(state_dir)),
+            "meta": redact(store.meta_items()),
         }
     finally:
         store.close()
@@ -481,7 +470,7 @@ def bundle(
     """Pack incidents, findings, log tails, npu-smi output and versions for offline debugging."""
     try:
         seconds = parse_since(since) if since is not None else None
-    except ValueError as exc:
+    except ConfigError as exc:
         raise click.BadParameter(str(exc), param_hint="--since") from None
     state = state_dir if state_dir is not None else default_state_dir()
     if not state.is_dir():

@@ -24,6 +24,8 @@ from ascend_doctor.core.events import (
     IncidentState,
     LogLine,
     Outcome,
+    ProcessEvent,
+    ProcessState,
     Role,
     Severity,
 )
@@ -134,13 +136,15 @@ def _fill(store: Store, part: Any, logs: dict[str, tuple[str, int]]) -> None:
         store.add_finding(finding, ids.get(int(old)) if old is not None else None)
     for e in part("process_events") or []:
         store.add_process_event(
-            e["state"],
-            e["previous"],
-            e["at"],
-            e.get("pid"),
-            e.get("exit_code"),
-            bool(e.get("crashed")),
-            e.get("reason", ""),
+            ProcessEvent(
+                state=ProcessState(e["state"]),
+                previous=ProcessState(e["previous"]),
+                at=float(e["at"]),
+                pid=e.get("pid"),
+                exit_code=e.get("exit_code"),
+                crashed=bool(e.get("crashed")),
+                reason=str(e.get("reason", "")),
+            )
         )
     for collector, subjects in (part("samples") or {}).items():
         for subject, data in subjects.items():
@@ -150,7 +154,7 @@ def _fill(store: Store, part: Any, logs: dict[str, tuple[str, int]]) -> None:
         store.set_override(o["key"], o["kind"], o["value"], o.get("incident_id"))
     for key, value in (part("meta") or {}).items():
         if key == "doctor" and isinstance(value, dict):
-            value = {**value, "pid": None}  # that doctor ran on another host or time
+            value = {**value, "pid": 0}  # that doctor ran on another host or time
         store.set_meta(key, value)
     store.set_offsets(
         [

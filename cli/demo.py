@@ -205,8 +205,8 @@ def _timeline(store: Store, first_incident: int, started: float) -> None:
     events: list[tuple[float, str]] = []
     for e in store.process_events(limit=200):
         shown = ("STARTING", "RUNNING", "EXITED", "STOPPED", "FATAL")
-        if e["at"] >= started and e["state"] in shown:
-            events.append((e["at"], f"server    {e['state']:8} {e['reason']}"))
+        if e.at >= started and e.state.value in shown:
+            events.append((e.at, f"server    {e.state.value:8} {e.reason}"))
     for inc in incident_dicts(store):
         if inc["id"] <= first_incident:
             continue

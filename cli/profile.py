@@ -11,15 +11,9 @@ from typing import Any
 
 import click
 
-from ascend_doctor.agent.profiling import (
-    MODES,
-    TORCH_KIND,
-    Artifact,
-    Request,
-    capture,
-    record_artifact,
-)
+from ascend_doctor.agent.profiling import MODES, TORCH_KIND, Request, capture, record_artifact
 from ascend_doctor.core.errors import DoctorError
+from ascend_doctor.core.records import Artifact
 from ascend_doctor.core.store import Store
 
 
@@ -116,16 +110,19 @@ def _from_state(
     except DoctorError:
         return url, profiler_dir, pid
     try:
-        prof = store.meta("profiling") or {}
-        server = store.meta("server") or {}
+        prof, server = store.profiling(), store.server()
+    except DoctorError:
+        return url, profiler_dir, pid
     finally:
         store.close()
-    if profiler_dir is None and prof.get("torch_dir"):
-        profiler_dir = Path(prof["torch_dir"])
-    if url is None and prof.get("url"):
-        url = str(prof["url"])
-    if pid is None and prof.get("msprof") and server.get("state") == "RUNNING":
-        pid = server.get("pid")
+    if prof is None:
+        return url, profiler_dir, pid
+    if profiler_dir is None and prof.torch_dir:
+        profiler_dir = Path(prof.torch_dir)
+    if url is None and prof.url:
+        url = prof.url
+    if pid is None and prof.msprof and server is not None and server.state.value == "RUNNING":
+        pid = server.pid
     return url, profiler_dir, pid
 
 

@@ -145,15 +145,16 @@ def findings(state_dir: Path | None, as_json: bool) -> None:
     rows = store.findings()
     store.close()
     for r in rows:
+        f = r.finding
         row = {
-            "rule": r["rule"],
-            "category": r["category"],
-            "severity": r["severity"],
-            "path": r["path"],
-            "offset": r["offset"],
-            "text": r["evidence"][0]["text"] if r["evidence"] else r["summary"],
-            "incident": r["incident_id"],
-            "at": r["at"],
+            "rule": f.rule,
+            "category": f.category.value,
+            "severity": f.severity.label,
+            "path": f.path,
+            "offset": f.offset,
+            "text": f.evidence[0].text if f.evidence else f.summary,
+            "incident": r.incident_id,
+            "at": f.at,
         }
         if as_json:
             click.echo(json.dumps(row))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shlex
 import time
@@ -11,31 +10,30 @@ from typing import Any
 
 import click
 
+from ascend_doctor.agent.incidents import IncidentManager
 from ascend_doctor.agent.launch import LaunchSpec
-from ascend_doctor.agent.remediation.policy import Policy
+from ascend_doctor.agent.remediation.policy import Policy, acknowledge_incident
 from ascend_doctor.cli.common import open_store, state_dir_option
-from ascend_doctor.core.config import RemediationConfig
-from ascend_doctor.core.events import IncidentState
+from ascend_doctor.core.config import IncidentsConfig, RemediationConfig
+from ascend_doctor.core.errors import DoctorError
+from ascend_doctor.core.events import ACTIVE_STATES
+from ascend_doctor.core.records import LaunchRecord, encode
 from ascend_doctor.core.store import Store
 
 
 def status_dict(store: Store) -> dict[str, Any]:
     """What ``status --json`` prints."""
-    launch = store.meta("launch") or {}
+    launch = store.launch() or LaunchRecord(())
     overrides = store.overrides()
-    spec = LaunchSpec(tuple(launch.get("argv", ())), dict(launch.get("env", {})))
-    effective = spec.apply(overrides)
-    open_incidents = store.incidents(states=(IncidentState.OPEN, IncidentState.MITIGATING))
-    collectors = {}
-    for name in ("npu_smi", "vllm", "process"):
-        value = store.meta(f"collector.{name}")
-        if value is not None:
-            collectors[name] = value
-    doctor = store.meta("doctor") or {}
+    effective = LaunchSpec(launch.argv, dict(launch.env)).apply(overrides)
+    open_incidents = store.incidents(states=ACTIVE_STATES)
+    doctor = store.doctor()
+    server = store.server()
+    remediation = doctor.remediation if doctor is not None else RemediationConfig()
     return {
-        "server": store.meta("server"),
-        "doctor": doctor,
-        "remediation": Policy(store, _remediation_config(doctor), time.time).remaining(),
+        "server": encode(server) if server is not None else None,
+        "doctor": encode(doctor) if doctor is not None else {},
+        "remediation": Policy(store, remediation, time.time).remaining(),
         "launch": {"argv": list(effective.argv), "env": dict(effective.env)},
         "overrides": [
             {"key": o.key, "kind": o.kind, "value": o.value, "incident": o.incident_id, "at": o.at}
@@ -51,19 +49,9 @@ def status_dict(store: Store) -> dict[str, Any]:
             }
             for i in open_incidents
         ],
-        "collectors": collectors,
-        "alerts": store.meta("alerts.sinks") or {},
+        "collectors": {name: encode(c) for name, c in store.collectors().items()},
+        "alerts": {name: encode(s) for name, s in store.sinks().items()},
     }
-
-
-def _remediation_config(doctor: dict[str, Any]) -> RemediationConfig:
-    """The running doctor's remediation bounds (as it recorded them), else the defaults."""
-    fields = {f.name for f in dataclasses.fields(RemediationConfig)}
-    given = {k: v for k, v in (doctor.get("remediation") or {}).items() if k in fields}
-    try:
-        return RemediationConfig(**given)
-    except TypeError:
-        return RemediationConfig()
 
 
 @click.command("status")
@@ -74,6 +62,8 @@ def status(state_dir: Path | None, as_json: bool) -> None:
     store = open_store(state_dir)
     try:
         data = status_dict(store)
+    except DoctorError as exc:
+        raise click.ClickException(str(exc)) from None
     finally:
         store.close()
     if as_json:
@@ -169,7 +159,8 @@ def ack(incident_id: int, state_dir: Path | None) -> None:
             inc = store.incident(incident_id)
         except KeyError:
             raise click.ClickException(f"no incident #{incident_id}") from None
-        Policy(store, RemediationConfig(), time.time).acknowledge_incident(inc.id)
+        incidents = IncidentManager(store, IncidentsConfig())
+        acknowledge_incident(incidents, inc.id, time.time)
     finally:
         store.close()
     click.echo(f"incident #{incident_id} acknowledged")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ascend_doctor.core.events import Severity
-from ascend_doctor.core.store import Store
+from ascend_doctor.core.events import ProcessEvent, Severity
+from ascend_doctor.core.store import Store, StoredFinding
 
 
 def incident_dicts(store: Store) -> list[dict[str, Any]]:
@@ -40,4 +40,40 @@ def incident_dicts(store: Store) -> list[dict[str, Any]]:
     return out
 
 
-__all__ = ["incident_dicts"]
+def finding_dict(stored: StoredFinding) -> dict[str, Any]:
+    """A stored finding as JSON (``findings.json`` of a bundle reads back into the store)."""
+    f = stored.finding
+    return {
+        "id": stored.id,
+        "incident_id": stored.incident_id,
+        "rule": f.rule,
+        "category": f.category.value,
+        "severity": f.severity.label,
+        "role": f.role.value,
+        "subject": f.subject,
+        "summary": f.summary,
+        "captures": f.captures,
+        "evidence": [
+            {"path": e.path, "offset": e.offset, "line": e.line, "text": e.text} for e in f.evidence
+        ],
+        "path": f.path,
+        "file_id": f.file_id,
+        "offset": f.offset,
+        "at": f.at,
+    }
+
+
+def process_event_dict(event: ProcessEvent) -> dict[str, Any]:
+    """A supervisor state change as JSON."""
+    return {
+        "state": event.state.value,
+        "previous": event.previous.value,
+        "pid": event.pid,
+        "exit_code": event.exit_code,
+        "crashed": event.crashed,
+        "reason": event.reason,
+        "at": event.at,
+    }
+
+
+__all__ = ["finding_dict", "incident_dicts", "process_event_dict"]

@@ -21,6 +21,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from ascend_doctor.collectors.base import CollectorSpec
 from ascend_doctor.core.errors import CollectorError
 from ascend_doctor.core.events import Sample
 
@@ -502,13 +503,15 @@ class NpuSmiCollector:
         code = dcmi_error(text)
         if code is not None:
             self.last_dcmi = (code, text.strip()[-2000:])
-            raise CollectorError(f"npu-smi info: dcmi error {code}")
+            raise CollectorError(
+                f"npu-smi info: dcmi error {code}", raw=text[-8192:], evidence=self.last_dcmi[1]
+            )
         try:
             info = parse_info(res.stdout)
-        except CollectorError:
+        except CollectorError as exc:
             self.parse_failures += 1
             self.last_raw = text[-8192:]
-            raise
+            raise CollectorError(str(exc), raw=self.last_raw) from None
         samples = samples_from_info(info, started)
         out = []
         for sample in samples:
@@ -553,9 +556,21 @@ class NpuSmiCollector:
         return Sample(sample.collector, sample.subject, sample.at, {**sample.values, **extra})
 
 
+SPEC = CollectorSpec(
+    name=COLLECTOR,
+    build=lambda ctx: NpuSmiCollector(
+        ctx.npu_smi, timeout=ctx.config.npu_smi.timeout, usages=ctx.config.npu_smi.usages
+    ),
+    enabled=lambda cfg: cfg.npu_smi.enabled,
+    interval=lambda cfg: cfg.npu_smi.interval,
+)
+"""The ``npu_smi`` collector as registered."""
+
+
 __all__ = [
     "COLLECTOR",
     "HEALTH_STATES",
+    "SPEC",
     "NpuDevice",
     "NpuInfo",
     "NpuProcess",

@@ -21,6 +21,7 @@ from typing import Any
 
 import psutil
 
+from ascend_doctor.collectors.base import CollectorSpec
 from ascend_doctor.core.events import Sample
 
 COLLECTOR = "process"
@@ -152,4 +153,14 @@ class ProcessCollector:
         }
 
 
-__all__ = ["COLLECTOR", "ProcessCollector", "TreeStats", "host_values", "tree_stats"]
+SPEC = CollectorSpec(
+    name=COLLECTOR,
+    build=lambda ctx: ProcessCollector(ctx.server_pid),
+    enabled=lambda cfg: cfg.process.enabled,
+    interval=lambda cfg: cfg.process.interval,
+    needs_server=True,
+)
+"""The ``process`` collector as registered."""
+
+
+__all__ = ["COLLECTOR", "SPEC", "ProcessCollector", "TreeStats", "host_values", "tree_stats"]

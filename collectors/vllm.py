@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from ascend_doctor.collectors.base import CollectorSpec
 from ascend_doctor.core.errors import CollectorError
 from ascend_doctor.core.events import Sample
 
@@ -145,4 +146,15 @@ class VllmCollector:
         return [Sample(COLLECTOR, "server", at, values)]
 
 
-__all__ = ["COLLECTOR", "VllmCollector", "VllmMetrics", "parse_metrics", "quantile"]
+SPEC = CollectorSpec(
+    name=COLLECTOR,
+    build=lambda ctx: VllmCollector(ctx.server_url, timeout=ctx.config.vllm.timeout),
+    enabled=lambda cfg: cfg.vllm.enabled,
+    interval=lambda cfg: cfg.vllm.interval,
+    needs_server=True,
+    while_running=True,  # a starting or stopped server has nothing to say yet
+)
+"""The ``vllm`` collector as registered."""
+
+
+__all__ = ["COLLECTOR", "SPEC", "VllmCollector", "VllmMetrics", "parse_metrics", "quantile"]

@@ -22,6 +22,13 @@ class RuleError(DoctorError):
 class CollectorError(DoctorError):
     """A collector failed to run or to parse what it read."""
 
+    def __init__(self, message: str, *, raw: str = "", evidence: str = "") -> None:
+        super().__init__(message)
+        self.raw = raw
+        """What the source printed, kept for whoever debugs the parser."""
+        self.evidence = evidence
+        """Text for the rules to read (a dcmi error line), '' when there is none."""
+
 
 class SupervisorError(DoctorError):
     """The supervised server could not be started or stopped."""
@@ -36,7 +43,11 @@ class StoreError(DoctorError):
 
 
 class AlertError(DoctorError):
-    """An alert could not be delivered."""
+    """An alert could not be delivered, or names a sink that does not exist."""
+
+
+class TelemetryError(DoctorError):
+    """A telemetry payload could not be read, or an export failed."""
 
 
 __all__ = [
@@ -48,4 +59,5 @@ __all__ = [
     "RuleError",
     "StoreError",
     "SupervisorError",
+    "TelemetryError",
 ]

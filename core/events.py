@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 from typing import Any
 
+from ascend_doctor.core.errors import ConfigError
+
 
 class Severity(IntEnum):
     """How bad a finding is; ordered so that ``max()`` picks the worst."""
@@ -26,11 +28,12 @@ class Severity(IntEnum):
 
     @classmethod
     def parse(cls, text: str) -> Severity:
-        """Parse ``info|warning|error|critical``; raises ValueError otherwise."""
+        """Parse ``info|warning|error|critical``; raises ConfigError otherwise."""
         try:
             return cls[text.upper()]
         except KeyError:
-            raise ValueError(f"expected one of {', '.join(s.label for s in cls)}") from None
+            choices = ", ".join(s.label for s in cls)
+            raise ConfigError(f"{text!r}: expected one of {choices}") from None
 
 
 class Category(StrEnum):
@@ -84,6 +87,10 @@ class IncidentState(StrEnum):
     MITIGATING = "mitigating"
     RESOLVED = "resolved"
     ESCALATED = "escalated"
+
+
+ACTIVE_STATES = (IncidentState.OPEN, IncidentState.MITIGATING)
+"""The states of an incident still being dealt with (by the doctor or a human)."""
 
 
 class Outcome(StrEnum):
@@ -259,9 +266,13 @@ class Incident:
     """Remediation attempts made."""
     acknowledged: bool = False
     """An operator acknowledged it."""
+    plan: tuple[tuple[PlannedAction, ...], ...] = ()
+    """The remediation plan of its root finding: ordered steps, each actions applied
+    together (the root rule's ``remediation``, fixed when the root is known)."""
 
 
 __all__ = [
+    "ACTIVE_STATES",
     "ActionResult",
     "Category",
     "Finding",

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ascend_doctor.core.errors import StoreError
 from ascend_doctor.core.store_base import StoreBase
 
 
@@ -113,7 +114,7 @@ class AlertsMixin(StoreBase):
             allowed.add("alert")
         unknown = set(values) - allowed
         if unknown:
-            raise ValueError(f"cannot update alert fields {sorted(unknown)}")
+            raise StoreError(f"cannot update alert fields {sorted(unknown)}")
         sets = ", ".join(f"{k} = ?" for k in values)
         with self._tx() as db:
             db.execute(f"UPDATE alert_outbox SET {sets} WHERE id = ?", [*values.values(), alert_id])

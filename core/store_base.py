@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ascend_doctor.core.events import ActionResult, Finding, Incident
+from ascend_doctor.core.events import ActionResult, Finding, Incident, ProcessEvent
 
 log = logging.getLogger("ascend_doctor.core.store")
 
@@ -31,8 +31,8 @@ class StoreListener:
     def action_added(self, incident_id: int, result: ActionResult) -> None:
         """A remediation decision was recorded."""
 
-    def process_event(self, event: dict[str, Any]) -> None:
-        """A supervisor state change was recorded (the process_events row)."""
+    def process_event(self, event: ProcessEvent) -> None:
+        """A supervisor state change was recorded."""
 
     def sample_added(self, collector: str, subject: str, at: float, data: dict[str, Any]) -> None:
         """A collector sample was stored."""

@@ -9,6 +9,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from ascend_doctor.core.events import ProcessEvent, ProcessState
 from ascend_doctor.core.store_base import StoreBase
 
 SAMPLES_KEPT = 720  # per (collector, subject): an hour at the default 5 s interval
@@ -75,41 +76,41 @@ class HostMixin(StoreBase):
 
     # -- server state ------------------------------------------------------------------------
 
-    def add_process_event(
-        self,
-        state: str,
-        previous: str,
-        at: float,
-        pid: int | None,
-        exit_code: int | None,
-        crashed: bool,
-        reason: str,
-    ) -> None:
+    def add_process_event(self, event: ProcessEvent) -> None:
         """Record a supervisor state change."""
         with self._tx() as db:
-            cur = db.execute(
+            db.execute(
                 "INSERT INTO process_events (state, previous, pid, exit_code, crashed, reason, at)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (state, previous, pid, exit_code, int(crashed), reason, at),
+                (
+                    event.state.value,
+                    event.previous.value,
+                    event.pid,
+                    event.exit_code,
+                    int(event.crashed),
+                    event.reason,
+                    event.at,
+                ),
             )
-        row = {
-            "id": cur.lastrowid,
-            "state": state,
-            "previous": previous,
-            "pid": pid,
-            "exit_code": exit_code,
-            "crashed": crashed,
-            "reason": reason,
-            "at": at,
-        }
-        self._notify(lambda li: li.process_event(row))
+        self._notify(lambda li: li.process_event(event))
 
-    def process_events(self, limit: int = 100) -> list[dict[str, Any]]:
+    def process_events(self, limit: int = 100) -> list[ProcessEvent]:
         """The newest supervisor state changes, oldest first."""
         rows = self._db.execute(
             "SELECT * FROM process_events ORDER BY id DESC LIMIT ?", (limit,)
         ).fetchall()
-        return [dict(r) for r in reversed(rows)]
+        return [
+            ProcessEvent(
+                state=ProcessState(r["state"]),
+                previous=ProcessState(r["previous"]),
+                at=r["at"],
+                pid=r["pid"],
+                exit_code=r["exit_code"],
+                crashed=bool(r["crashed"]),
+                reason=r["reason"],
+            )
+            for r in reversed(rows)
+        ]
 
     # -- reads for the TUI (history, log sources, matched lines) ------------------------------
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from ascend_doctor.core.errors import RuleError
+from ascend_doctor.core.errors import ConfigError, RuleError
 from ascend_doctor.core.events import Category, PlannedAction, Role, Severity
 
 SOURCES = ("server", "plog", "device", "slog", "host")
@@ -188,8 +188,8 @@ def _common(raw: dict[str, Any], rid: str, where: str, keys: list[str]) -> dict[
         raise bad("category", "one of " + ", ".join(c.value for c in Category)) from None
     try:
         severity = Severity.parse(str(raw.get("severity", "")))
-    except ValueError as exc:
-        raise bad("severity", str(exc).removeprefix("expected ")) from None
+    except ConfigError as exc:
+        raise bad("severity", str(exc).split("expected ", 1)[-1]) from None
     try:
         role = Role(raw.get("role", "root"))
     except ValueError:

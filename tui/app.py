@@ -12,7 +12,8 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
 
-from ascend_doctor.tui.data import Source, pid_alive
+from ascend_doctor.core.procs import pid_alive
+from ascend_doctor.tui.data import Source
 from ascend_doctor.tui.screens import (
     ConfirmScreen,
     HelpScreen,

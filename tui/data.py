@@ -17,28 +17,22 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from ascend_doctor.core.errors import StoreError
-from ascend_doctor.core.events import ActionResult, IncidentState, Severity
+from ascend_doctor.core.events import (
+    ACTIVE_STATES,
+    ActionResult,
+    IncidentState,
+    ProcessState,
+    Role,
+    Severity,
+)
+from ascend_doctor.core.procs import pid_alive
 from ascend_doctor.core.store import STORE_NAME, SpanRecord, Store
 
 SERVER_LOG = "server.log"
 LOG_TAIL_BYTES = 32 * 1024  # what the overview's log pane reads from the end of the log
 MAX_COUNT_BYTES = 64 << 20  # evidence line numbers are counted in files up to this offset
 HISTORY = 30  # samples per device kept for the sparklines
-ACTIVE = (IncidentState.OPEN, IncidentState.MITIGATING)
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether a live process has this pid (the doctor's, from the store); a zombie (a demo
-    child that exited and is not reaped yet) is not alive."""
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-    except psutil.Error:
-        return True  # it exists; it is someone else's
 
 
 class Source:
@@ -237,14 +231,16 @@ def _num(value: Any) -> float | None:
 
 def load_header(store: Store, alive: Callable[[int], bool]) -> HeaderView:
     """The header from the store's meta, process events and overrides."""
-    doctor = store.meta("doctor") or {}
-    server = store.meta("server") or {}
-    pid = doctor.get("pid") if isinstance(doctor.get("pid"), int) else None
-    started = _num(doctor.get("started_at")) or 0.0
+    try:
+        doctor, server = store.doctor(), store.server()
+    except StoreError:
+        doctor = server = None  # unreadable: shown as unknown
+    pid = doctor.pid if doctor is not None and doctor.pid > 0 else None
+    started = doctor.started_at if doctor is not None else 0.0
     starts = [
         e
         for e in store.process_events(limit=500)
-        if e["state"] == "STARTING" and e["at"] >= started
+        if e.state == ProcessState.STARTING and e.at >= started
     ]
     overrides = tuple(
         (o.key if o.kind == "flag" else f"{o.key}={o.value}") for o in store.overrides()
@@ -252,9 +248,9 @@ def load_header(store: Store, alive: Callable[[int], bool]) -> HeaderView:
     return HeaderView(
         doctor_alive=pid is not None and alive(pid),
         doctor_pid=pid,
-        mode=str(doctor.get("mode", "unknown")),
-        server_state=str(server.get("state", "unknown")) if server else "not supervised",
-        server_since=_num(server.get("since")),
+        mode=doctor.mode if doctor is not None else "unknown",
+        server_state=server.state.value if server is not None else "not supervised",
+        server_since=server.since if server is not None else None,
         restarts=max(0, len(starts) - 1),
         overrides=overrides,
     )
@@ -328,7 +324,7 @@ def incident_row(inc: Any) -> IncidentRow:
 
 def load_incidents(store: Store, recent: int = RECENT_INCIDENTS) -> tuple[IncidentRow, ...]:
     """The open incidents, then the newest others, newest first within each."""
-    active = [incident_row(i) for i in store.incidents(states=ACTIVE)]
+    active = [incident_row(i) for i in store.incidents(states=ACTIVE_STATES)]
     done = (IncidentState.RESOLVED, IncidentState.ESCALATED)
     others = [incident_row(i) for i in store.incidents(states=done, newest=recent)]
     return tuple(reversed(active)) + tuple(reversed(others))
@@ -479,24 +475,24 @@ def load_incident(source: Source, incident_id: int) -> IncidentDetail:
         inc = store.incident(incident_id)
         roots: list[FindingView] = []
         symptoms: list[FindingView] = []
-        for f in store.findings(incident_id):
+        for stored in store.findings(incident_id):
+            f = stored.finding
             view = FindingView(
-                rule=f["rule"],
-                role=f["role"],
-                severity=f["severity"],
-                summary=f["summary"],
+                rule=f.rule,
+                role=f.role.value,
+                severity=f.severity.label,
+                summary=f.summary,
                 evidence=tuple(
                     EvidenceView(
-                        source.display(e["path"]),
-                        int(e.get("line") or 0)
-                        or source.line_number(e["path"], int(e.get("offset") or 0), e["text"]),
-                        int(e.get("offset") or 0),
-                        e["text"],
+                        source.display(e.path),
+                        e.line or source.line_number(e.path, e.offset, e.text),
+                        e.offset,
+                        e.text,
                     )
-                    for e in f["evidence"]
+                    for e in f.evidence
                 ),
             )
-            (roots if f["role"] == "root" else symptoms).append(view)
+            (roots if f.role == Role.ROOT else symptoms).append(view)
         actions = store.actions(incident_id)
         requests = tuple(
             RequestView(r.id, r.kind, r.state, r.result)
@@ -588,7 +584,6 @@ __all__ = [
     "load_overview",
     "load_trace",
     "load_traces",
-    "pid_alive",
     "read_tail",
     "severity_label",
 ]

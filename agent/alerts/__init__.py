@@ -1,7 +1,7 @@
 """Alerts to on-call: PagerDuty, Slack, Alertmanager, webhooks and commands, through a
 durable outbox in the store, never lost, never spammed.
 
-One file per sink behind one interface (``base.Sink``); ``engine.AlertEngine`` is a store
+One file per sink behind one interface (``base.Sink``); ``engine.AlertListener`` is a store
 listener that queues alerts in the outbox; ``delivery.Deliverer`` drains it in the daemon's
 loop. Secrets come only from environment variables or files named by the config, are read
 when an alert is sent, and are never logged or stored.
@@ -58,8 +58,8 @@ from __future__ import annotations
 
 from . import alertmanager, command, pagerduty, slack, webhook
 from .base import SINKS, Sink
-from .delivery import STATUS_META, Deliverer, TokenBucket
-from .listener import AlertEngine, build_sinks
+from .delivery import Deliverer, TokenBucket
+from .listener import AlertListener, build_sinks
 from .model import SCHEMA, Alert, Delivery, Kind
 
 SINK_MODULES = (alertmanager, command, pagerduty, slack, webhook)
@@ -68,9 +68,8 @@ SINK_MODULES = (alertmanager, command, pagerduty, slack, webhook)
 __all__ = [
     "SCHEMA",
     "SINKS",
-    "STATUS_META",
     "Alert",
-    "AlertEngine",
+    "AlertListener",
     "Deliverer",
     "Delivery",
     "Kind",

@@ -22,16 +22,16 @@ from typing import Any
 import httpx
 
 from ascend_doctor.core.events import Incident, IncidentState
+from ascend_doctor.core.records import SinkStatus
 from ascend_doctor.core.store import AlertRow
 
 from .base import Sink
-from .listener import LIVE, AlertEngine
+from .listener import LIVE, AlertListener
 from .model import Alert, Delivery, Kind
 from .routing import silenced_by
 
 log = logging.getLogger(__name__)
 
-STATUS_META = "alerts.sinks"
 FINAL_FLUSH = 5.0  # seconds a stopping daemon gives the outbox to go out
 REPEAT_CHECK = 30.0  # seconds between scans for alerts due a repeat
 KEEP_DAYS = 7.0  # finished outbox rows are kept this long (the newest per key for ever)
@@ -58,27 +58,27 @@ class TokenBucket:
 
 
 class Deliverer:
-    """Drains the outbox of an :class:`AlertEngine`."""
+    """Drains the outbox of an :class:`AlertListener`."""
 
     def __init__(
         self,
-        engine: AlertEngine,
+        listener: AlertListener,
         *,
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
     ) -> None:
-        self.engine = engine
-        self.store = engine.store
-        self.config = engine.config
+        self.listener = listener
+        self.store = listener.store
+        self.config = listener.config
         self.clock = clock
         self.rng = rng or random.Random()
         now = clock()
-        self.buckets = {s.name: TokenBucket(s.rate, s.burst, now) for s in engine.sinks}
-        self.paused_until = {s.name: 0.0 for s in engine.sinks}
-        self.next_resend = {s.name: now + s.resend_interval for s in engine.sinks}
+        self.buckets = {s.name: TokenBucket(s.rate, s.burst, now) for s in listener.sinks}
+        self.paused_until = {s.name: 0.0 for s in listener.sinks}
+        self.next_resend = {s.name: now + s.resend_interval for s in listener.sinks}
         self.stats: dict[str, dict[str, Any]] = {
             s.name: {"type": s.type, "role": s.role, "failures": 0, "last_error": ""}
-            for s in engine.sinks
+            for s in listener.sinks
         }
         self._acked: set[int] = set()
         self._next_repeat = 0.0
@@ -88,7 +88,7 @@ class Deliverer:
 
     async def run(self) -> None:
         """Deliver until cancelled; then one bounded last pass."""
-        if not self.engine.sinks:
+        if not self.listener.sinks:
             return
         async with httpx.AsyncClient() as client:
             self.client = client
@@ -119,8 +119,8 @@ class Deliverer:
             self._repeat(now)
         client = self.client or httpx.AsyncClient()
         try:
-            await asyncio.gather(*(self._drain(s, client, now) for s in self.engine.sinks))
-            await asyncio.gather(*(self._resend(s, client, now) for s in self.engine.sinks))
+            await asyncio.gather(*(self._drain(s, client, now) for s in self.listener.sinks))
+            await asyncio.gather(*(self._resend(s, client, now) for s in self.listener.sinks))
         finally:
             if client is not self.client:
                 await client.aclose()
@@ -137,10 +137,10 @@ class Deliverer:
             if incident_id in self._acked:
                 continue
             self._acked.add(incident_id)
-            self.engine.acknowledge(self.store.incident(incident_id))
+            self.listener.acknowledge(self.store.incident(incident_id))
 
     def _repeat(self, now: float) -> None:
-        for sink in self.engine.sinks:
+        for sink in self.listener.sinks:
             if sink.resend_interval:
                 continue  # re-sent by _resend, Alertmanager does its own repeating
             for row in self._firing(sink):
@@ -152,7 +152,7 @@ class Deliverer:
                     continue
                 if self._silenced(inc, now):
                     continue
-                alert = self.engine.alert(inc, row.event, Kind.TRIGGER, repeat=True)
+                alert = self.listener.alert(inc, row.event, Kind.TRIGGER, repeat=True)
                 self.store.add_alert(
                     sink.name, row.dedup_key, inc.id, Kind.TRIGGER.value, row.event,
                     alert.to_json(), next_at=now, now=now,
@@ -236,7 +236,7 @@ class Deliverer:
             inc = self.store.incident(row.incident_id)
         except KeyError:
             return queued
-        return self.engine.alert(inc, row.event, Kind.TRIGGER, repeat=queued.repeat)
+        return self.listener.alert(inc, row.event, Kind.TRIGGER, repeat=queued.repeat)
 
     async def _send(self, sink: Sink, alert: Alert, client: httpx.AsyncClient) -> Delivery:
         try:
@@ -271,27 +271,33 @@ class Deliverer:
 
     # -- status ----------------------------------------------------------------------------------
 
-    def status(self) -> dict[str, dict[str, Any]]:
+    def status(self) -> dict[str, SinkStatus]:
         """Each sink's delivery state: counts by outbox status, failures, last error."""
         counts = self.store.alert_counts()
         out = {}
-        for sink in self.engine.sinks:
+        for sink in self.listener.sinks:
             c = counts.get(sink.name, {})
-            out[sink.name] = {
-                **self.stats[sink.name],
-                "queued": c.get("pending", 0),
-                "sent": c.get("sent", 0),
-                "failed": c.get("failed", 0),
-                "silenced": c.get("silenced", 0),
-                "paused_until": self.paused_until[sink.name] or None,
-            }
+            st = self.stats[sink.name]
+            out[sink.name] = SinkStatus(
+                type=sink.type,
+                role=sink.role,
+                queued=c.get("pending", 0),
+                sent=c.get("sent", 0),
+                failed=c.get("failed", 0),
+                silenced=c.get("silenced", 0),
+                failures=int(st["failures"]),
+                last_error=str(st["last_error"]),
+                last_error_at=st.get("last_error_at"),
+                last_ok_at=st.get("last_ok_at"),
+                paused_until=self.paused_until[sink.name] or None,
+            )
         return out
 
     def _write_status(self) -> None:
         status = self.status()
         if status != self._last_status:
-            self.store.set_meta(STATUS_META, status)
+            self.store.set_sinks(status)
             self._last_status = status
 
 
-__all__ = ["STATUS_META", "Deliverer", "TokenBucket"]
+__all__ = ["Deliverer", "TokenBucket"]

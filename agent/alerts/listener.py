@@ -12,8 +12,9 @@ import time
 from collections.abc import Callable, Mapping
 
 from ascend_doctor.core.config import AlertsConfig
-from ascend_doctor.core.errors import ConfigError
+from ascend_doctor.core.errors import AlertError, ConfigError
 from ascend_doctor.core.events import (
+    ACTIVE_STATES,
     ActionResult,
     Incident,
     IncidentState,
@@ -31,7 +32,6 @@ log = logging.getLogger(__name__)
 
 EVIDENCE_LINES = 50
 LIVE = ("pending", "sent")  # outbox states of an alert that reached, or will reach, its sink
-ACTIVE = (IncidentState.OPEN, IncidentState.MITIGATING)
 
 
 def build_sinks(config: AlertsConfig, environ: Mapping[str, str] | None = None) -> list[Sink]:
@@ -69,7 +69,7 @@ def build_sinks(config: AlertsConfig, environ: Mapping[str, str] | None = None) 
     return sinks
 
 
-class AlertEngine(StoreListener):
+class AlertListener(StoreListener):
     """Listens to the store; queues each alert in the outbox for the sinks it routes to."""
 
     def __init__(
@@ -92,11 +92,11 @@ class AlertEngine(StoreListener):
             self._explain.update({r.id: r.explain for r in rules.thresholds})
 
     def sink(self, name: str) -> Sink:
-        """A sink by name; KeyError when none."""
+        """A sink by name; AlertError when none."""
         for s in self.sinks:
             if s.name == name:
                 return s
-        raise KeyError(name)
+        raise AlertError(f"no alert sink named {name!r}")
 
     # -- store listener ------------------------------------------------------------------------
 
@@ -110,7 +110,7 @@ class AlertEngine(StoreListener):
             self.transition(after, "escalated")
         elif before.state != after.state and after.state == IncidentState.RESOLVED:
             self.transition(after, "resolved")
-        elif before.severity < Severity.CRITICAL <= after.severity and after.state in ACTIVE:
+        elif before.severity < Severity.CRITICAL <= after.severity and after.state in ACTIVE_STATES:
             # it became critical while unresolved: page sinks that have not heard of it yet
             self.transition(after, "opened", only_new=True)
         if after.acknowledged and (before is None or not before.acknowledged):
@@ -130,13 +130,13 @@ class AlertEngine(StoreListener):
     def alert(self, incident: Incident, event: str, kind: Kind, *, repeat: bool = False) -> Alert:
         """The alert document of an incident now."""
         findings = self.store.findings(incident.id)
-        root = next((f for f in findings if f["rule"] == incident.rule), None)
-        root = root or (findings[0] if findings else None)
+        root = next((f.finding for f in findings if f.finding.rule == incident.rule), None)
+        root = root or (findings[0].finding if findings else None)
         evidence: list[str] = []
         if root is not None:
-            for e in root["evidence"][:EVIDENCE_LINES]:
-                where = f"{e['path']}:{e['line']}" if e.get("line") else e["path"]
-                evidence.append(f"{where}: {e['text']}")
+            for e in root.evidence[:EVIDENCE_LINES]:
+                where = f"{e.path}:{e.line}" if e.line else e.path
+                evidence.append(f"{where}: {e.text}")
         actions = tuple(
             {"name": a.name, "outcome": a.outcome.value, "reason": a.reason, "at": a.at}
             for a in self.store.actions(incident.id)
@@ -158,7 +158,7 @@ class AlertEngine(StoreListener):
             incident_id=incident.id,
             state=state,
             rule=incident.rule,
-            root_cause=root["summary"] if root is not None else incident.summary,
+            root_cause=root.summary if root is not None else incident.summary,
             explain=self._explain.get(incident.rule, ""),
             evidence=tuple(evidence),
             actions=actions,
@@ -252,4 +252,4 @@ class AlertEngine(StoreListener):
             self._follow_up(incident, Kind.ACKNOWLEDGE, "acknowledged")
 
 
-__all__ = ["AlertEngine", "build_sinks"]
+__all__ = ["AlertListener", "build_sinks"]

@@ -11,22 +11,16 @@ crash loop does not get a fresh budget.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from ascend_doctor.agent.incidents import IncidentManager
+from ascend_doctor.agent.remediation.registry import ACTIONS, Cooldown
 from ascend_doctor.core.config import RemediationConfig
+from ascend_doctor.core.errors import StoreError
 from ascend_doctor.core.events import Incident
+from ascend_doctor.core.records import BudgetEntry, Ledger
 from ascend_doctor.core.store import Store
-
-HISTORY = "remediation.history"
-"""Store meta key: ``[{"at": epoch, "category": id}, ...]`` of steps that acted."""
-ACKED = "remediation.acknowledged"
-"""Store meta key: ``{category: epoch}`` of the last acknowledgement per category."""
-LAST_RUN = "remediation.last_run"
-"""Store meta key: ``{action: epoch}`` of the last time each action acted (a device reset is
-kept per device: ``reset_device:npu3``)."""
-NO_COOLDOWN = frozenset({"restart", "collect_diagnostics", "capture_profile"})
-"""Actions paced by other means (the supervisor's backoff) or harmless to repeat."""
 
 
 @dataclass(frozen=True)
@@ -45,45 +39,34 @@ class Policy:
         self.config = config
         self.clock = clock
 
-    def _history(self) -> list[dict[str, Any]]:
-        raw = self.store.meta(HISTORY)
-        if raw is None:
-            return []
-        if not isinstance(raw, list) or not all(
-            isinstance(e, dict)
-            and isinstance(e.get("at"), int | float)
-            and isinstance(e.get("category"), str)
-            for e in raw
-        ):
-            raise ValueError(f"store meta '{HISTORY}' is corrupt: {str(raw)[:80]!r}")
-        return raw
+    def _ledger(self) -> Ledger:
+        """The brakes' memory; a record that cannot be read is an error that fails closed."""
+        return self.store.ledger()
 
     def reserve(self, category: str) -> Verdict:
         """Check the brakes and, when they allow it, book one step before it acts."""
         now = self.clock()
         try:
-            history = self._history()
-            acked = self.store.meta(ACKED) or {}
-            if not isinstance(acked, dict):
-                raise ValueError(f"store meta '{ACKED}' is corrupt")
-        except ValueError as exc:
+            ledger = self._ledger()
+        except StoreError as exc:
             return Verdict(False, f"budget record unreadable, failing closed: {exc}")
-        last_hour = [e for e in history if now - e["at"] < 3600]
+        history, acked = ledger.history, ledger.acknowledged
+        last_hour = [e for e in history if now - e.at < 3600]
         if len(last_hour) >= self.config.budget_per_hour:
             return Verdict(
                 False,
                 f"host budget of {self.config.budget_per_hour} remediations per hour is used up",
             )
         since = max(now - self.config.breaker_hours * 3600, float(acked.get(category, 0.0)))
-        same = [e for e in history if e["category"] == category and e["at"] > since]
+        same = [e for e in history if e.category == category and e.at > since]
         if len(same) >= self.config.breaker_count:
             return Verdict(
                 False,
                 f"{category} was remediated {len(same)} times in {self.config.breaker_hours:g}h:"
                 " a human must look (acknowledge an incident of it to re-arm)",
             )
-        keep = [e for e in history if now - e["at"] < self.config.breaker_hours * 3600]
-        self.store.set_meta(HISTORY, [*keep, {"at": now, "category": category}])
+        keep = [e for e in history if now - e.at < self.config.breaker_hours * 3600]
+        self.store.set_ledger(replace(ledger, history=(*keep, BudgetEntry(now, category))))
         return Verdict(True)
 
     def cooldown(self, actions: list[str]) -> tuple[str, float] | None:
@@ -91,48 +74,48 @@ class Policy:
         last = self._last_run()
         now = self.clock()
         for name in actions:
-            if name in NO_COOLDOWN or not isinstance(last.get(name), int | float):
+            if name not in last:
                 continue
-            left = float(last[name]) + self._period(name) - now
+            left = last[name] + self._period(name) - now
             if left > 0:
                 return name, left
         return None
 
-    def _last_run(self) -> dict[str, Any]:
-        last = self.store.meta(LAST_RUN)
-        return last if isinstance(last, dict) else {}
+    def _last_run(self) -> dict[str, float]:
+        try:
+            return self._ledger().last_run
+        except StoreError:
+            return {}
 
-    def _period(self, action: str) -> float:
-        if action.split(":", 1)[0] == "reset_device":
+    def _period(self, key: str) -> float:
+        spec = ACTIONS.get(key.split(":", 1)[0])
+        if spec is not None and spec.cooldown == Cooldown.DEVICE:
             return self.config.reset_cooldown
         return self.config.action_cooldown
 
     def ran(self, action: str) -> None:
         """An action acted: its cooldown starts now."""
-        last = self._last_run()
-        self.store.set_meta(LAST_RUN, {**last, action: self.clock()})
+        ledger = self._ledger()
+        self.store.set_ledger(replace(ledger, last_run={**ledger.last_run, action: self.clock()}))
 
     def remaining(self) -> dict[str, Any]:
         """What the brakes allow now: budget left this hour, tripped breakers, cooldowns."""
         now = self.clock()
         try:
-            history = self._history()
-        except ValueError as exc:
+            ledger = self._ledger()
+        except StoreError as exc:
             return {"error": str(exc), "budget_left": 0}
-        acked = self.store.meta(ACKED)
-        acked = acked if isinstance(acked, dict) else {}
-        used = sum(1 for e in history if now - e["at"] < 3600)
+        history, acked = ledger.history, ledger.acknowledged
+        used = sum(1 for e in history if now - e.at < 3600)
         tripped = []
-        for category in sorted({e["category"] for e in history}):
+        for category in sorted({e.category for e in history}):
             since = max(now - self.config.breaker_hours * 3600, float(acked.get(category, 0.0)))
-            n = sum(1 for e in history if e["category"] == category and e["at"] > since)
+            n = sum(1 for e in history if e.category == category and e.at > since)
             if n >= self.config.breaker_count:
                 tripped.append(category)
         last = self._last_run()
         cooling = {}
         for name, at in last.items():
-            if name in NO_COOLDOWN or not isinstance(at, int | float):
-                continue
             if at + self._period(name) > now:
                 cooling[name] = round(at + self._period(name) - now)
         return {
@@ -143,17 +126,25 @@ class Policy:
             "cooling_down_s": cooling,
         }
 
-    def acknowledge_incident(self, incident_id: int) -> Incident:
-        """An operator saw this incident: mark it, and re-arm its category's breaker."""
-        inc = self.store.update_incident(incident_id, acknowledged=True)
-        self.acknowledge(inc.category.value)
-        return inc
-
     def acknowledge(self, category: str) -> None:
         """An operator looked at this category: the breaker re-arms."""
-        acked = self.store.meta(ACKED)
-        acked = acked if isinstance(acked, dict) else {}
-        self.store.set_meta(ACKED, {**acked, category: self.clock()})
+        rearm(self.store, category, self.clock())
 
 
-__all__ = ["ACKED", "HISTORY", "LAST_RUN", "NO_COOLDOWN", "Policy", "Verdict"]
+def acknowledge_incident(
+    incidents: IncidentManager, incident_id: int, clock: Callable[[], float]
+) -> Incident:
+    """An operator saw this incident: it is marked, and its category's breaker re-arms (the
+    CLI's ``incidents ack`` and the TUI's request alike)."""
+    inc = incidents.acknowledge(incident_id)
+    rearm(incidents.store, inc.category.value, clock())
+    return inc
+
+
+def rearm(store: Store, category: str, at: float) -> None:
+    """Re-arm the circuit breaker of ``category`` (an operator acknowledged an incident)."""
+    ledger = store.ledger()
+    store.set_ledger(replace(ledger, acknowledged={**ledger.acknowledged, category: at}))
+
+
+__all__ = ["Policy", "Verdict", "acknowledge_incident", "rearm"]

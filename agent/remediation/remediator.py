@@ -1,8 +1,10 @@
 """Plans and runs remediation steps within the policy; records every decision.
 
-The plan is the root rule's ordered steps. The next step runs only when the
-previous one did not help (its root came back after the restart). Attempts are
-bounded per incident; when steps or attempts run out the incident is escalated.
+The plan is the incident's (its root rule's ordered steps, fixed when the root was found).
+The next step runs only when the previous one did not help (its root came back after the
+restart). Attempts are bounded per incident; when steps or attempts run out the incident is
+escalated. What an action is (touches the server, destructive, optional, its cooldown) is its
+entry in the registry; incident state changes go through the incident manager.
 """
 
 from __future__ import annotations
@@ -12,20 +14,16 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from ascend_doctor.agent.remediation.actions import (
-    ACTIONS,
-    ACTS_ON_SERVER,
-    CHANGES_LAUNCH,
-    OPTIONAL,
-    Action,
-    Context,
-    Done,
-    Evidence,
-    describe_override,
-    failed_device,
-    reset_command,
-)
+from ascend_doctor.agent.incidents import IncidentManager
+from ascend_doctor.agent.remediation.context import Context, Done, Evidence
+from ascend_doctor.agent.remediation.device_actions import failed_device, reset_command
 from ascend_doctor.agent.remediation.policy import Policy
+from ascend_doctor.agent.remediation.registry import (
+    ACTIONS,
+    ActionSpec,
+    check_rules,
+    describe_override,
+)
 from ascend_doctor.core.events import (
     ActionResult,
     Incident,
@@ -36,9 +34,6 @@ from ascend_doctor.core.events import (
 from ascend_doctor.rules.loader import RuleSet
 
 log = logging.getLogger(__name__)
-
-DESTRUCTIVE = frozenset({"reset_device"})
-"""Actions after which the evidence on the device is gone: a snapshot is taken first."""
 
 
 @dataclass(frozen=True)
@@ -56,15 +51,12 @@ class StepResult:
 class Remediator:
     """Runs the next step of an incident's plan."""
 
-    def __init__(self, ctx: Context, rules: RuleSet) -> None:
+    def __init__(self, ctx: Context, incidents: IncidentManager, rules: RuleSet) -> None:
+        check_rules(rules)  # a plan naming an unknown action stops start-up
         self.ctx = ctx
+        self.incidents = incidents
         self.policy = Policy(ctx.store, ctx.config, ctx.clock)
         self._suggested_in_step = False  # attach mode: a launch change of this step is suggested
-        self.steps: dict[str, tuple[tuple[PlannedAction, ...], ...]] = {}
-        for rule in rules.text:
-            self.steps[rule.id] = rule.remediation
-        for threshold in rules.thresholds:
-            self.steps[threshold.id] = threshold.remediation
 
     async def remediate(self, incident_id: int) -> StepResult:
         """Decide and run the next step for an incident; every decision is recorded."""
@@ -72,7 +64,7 @@ class Remediator:
         inc = store.incident(incident_id)
         if inc.state not in (IncidentState.OPEN, IncidentState.MITIGATING):
             return StepResult(restart=False)
-        steps = self.steps.get(inc.rule, ())
+        steps = inc.plan
         if cfg.mode == "off":
             self._record(inc, "plan", Outcome.REFUSED, "remediation.mode is off", {})
             return StepResult(restart=False)
@@ -83,13 +75,15 @@ class Remediator:
             return self._escalate(inc, why)
         step = steps[inc.step]
         names = [p.name for p in step]
-        if set(names) & DESTRUCTIVE and "collect_diagnostics" not in names:
+        destructive = any(ACTIONS[n].destructive for n in names if n in ACTIONS)
+        if destructive and "collect_diagnostics" not in names:
             # what the device and the logs said, kept before anything is reset
             step = (PlannedAction("collect_diagnostics"), *step)
         acting = self._passive_mode() is None
         evidence = self._evidence(inc)
         if acting:
-            wait = self.policy.cooldown([self._cooldown_key(p, inc, evidence) for p in step])
+            keys = [self._cooldown_key(p, inc, evidence) for p in step]
+            wait = self.policy.cooldown([k for k in keys if k is not None])
             if wait is not None:
                 name, seconds = wait
                 self._record(
@@ -108,30 +102,27 @@ class Remediator:
         self._suggested_in_step = False
         for planned in step:
             done = await self._run(inc, planned, evidence)
-            if planned.name in OPTIONAL:
+            spec = ACTIONS.get(planned.name)
+            if spec is not None and spec.optional:
                 continue  # recorded; the step goes on without it
             if done.outcome in (Outcome.REFUSED, Outcome.FAILED, Outcome.UNKNOWN):
-                store.update_incident(inc.id, step=inc.step + 1, attempts=inc.attempts + 1)
-                return self._escalate(store.incident(inc.id), f"{planned.name}: {done.reason}")
+                inc = self.incidents.stepped(inc.id, applied=False)
+                return self._escalate(inc, f"{planned.name}: {done.reason}")
             restart = restart or done.restart
         applied = restart and acting
-        store.update_incident(
-            inc.id,
-            step=inc.step + 1,
-            attempts=inc.attempts + 1,
-            state=IncidentState.MITIGATING if applied else inc.state,
-        )
+        self.incidents.stepped(inc.id, applied=applied)
         return StepResult(restart=applied)
 
     async def _run(self, inc: Incident, planned: PlannedAction, ev: Evidence) -> Done:
-        action = ACTIONS.get(planned.name)
-        if action is None:
+        spec = ACTIONS.get(planned.name)
+        if spec is None:  # a stored plan from an older release: rules are checked at start-up
             done = Done(Outcome.REFUSED, f"unknown action {planned.name!r}")
             self._record(inc, planned.name, done.outcome, done.reason, planned.params)
             return done
-        if self.ctx.attached and planned.name in ACTS_ON_SERVER:
-            return await self._run_attached(inc, planned, action, ev)
-        if planned.name in ACTS_ON_SERVER and not self.ctx.supervised:
+        server = self.ctx.server
+        if server.attached and spec.touches_server:
+            return await self._run_attached(inc, planned, spec, ev)
+        if spec.touches_server and not server.supervised:
             # observing only: the operator (or whatever runs the server) has to do it
             done = Done(
                 Outcome.SUGGESTED,
@@ -141,7 +132,7 @@ class Remediator:
             self._record(inc, planned.name, done.outcome, done.reason, done.params)
             return done
         mode = self._passive_mode()
-        if planned.name == "reset_device" and mode is not None:
+        if spec.destructive and mode is not None:
             # A reset acts on the world even to check its preconditions (it stops the server).
             command = shlex.join(reset_command(failed_device(self.ctx, inc, planned.params, ev)))
             done = Done(
@@ -153,7 +144,7 @@ class Remediator:
             self._record(inc, planned.name, done.outcome, done.reason, done.params)
             return Done(done.outcome, done.reason, done.params)
         try:
-            done = await action(self.ctx, inc, dict(planned.params), ev)
+            done = await spec.run(self.ctx, inc, dict(planned.params), ev)
         except Exception as exc:  # an action's bug must not stop the daemon
             log.exception("action %s failed", planned.name)
             done = Done(Outcome.FAILED, f"{type(exc).__name__}: {exc}")
@@ -168,7 +159,7 @@ class Remediator:
             else:
                 done = Done(_passive(mode), f"{mode}: would {done.reason}", done.params)
         elif done.outcome == Outcome.OK:
-            self.policy.ran(self._cooldown_key(planned, inc, ev))
+            self._ran(planned, inc, ev)
             if done.override is not None:
                 key, kind, value = done.override
                 self.ctx.store.set_override(key, kind, value, inc.id)
@@ -179,15 +170,15 @@ class Remediator:
         return done
 
     async def _run_attached(
-        self, inc: Incident, planned: PlannedAction, action: Action, ev: Evidence
+        self, inc: Incident, planned: PlannedAction, spec: ActionSpec, ev: Evidence
     ) -> Done:
         """Attach mode: the server is not the doctor's. Launch changes are worked out from
         the running process's command line and suggested with the exact flag; a restart
         runs the operator's restart command (unless it would only restart an unchanged
         server after a suggested change); a device reset is suggested with its command."""
         params = dict(planned.params)
-        if planned.name in CHANGES_LAUNCH:
-            done = await action(self.ctx, inc, params, ev)
+        if spec.changes_launch:
+            done = await spec.run(self.ctx, inc, params, ev)
             if done.outcome == Outcome.OK and done.override is not None:
                 change = describe_override(*done.override)
                 self._suggested_in_step = True
@@ -200,15 +191,15 @@ class Remediator:
             done = Done(
                 Outcome.SUGGESTED, "attach mode: restart the server after changing its launch"
             )
-        elif planned.name == "restart" and self.ctx.can_restart:
-            done = await action(self.ctx, inc, params, ev)
+        elif planned.name == "restart" and self.ctx.server.can_restart:
+            done = await spec.run(self.ctx, inc, params, ev)
             mode = self._passive_mode()
             if done.outcome == Outcome.OK and mode is not None:
                 done = Done(_passive(mode), f"{mode}: would run the restart command")
             elif done.outcome == Outcome.OK:
-                self.policy.ran(self._cooldown_key(planned, inc, ev))
+                self._ran(planned, inc, ev)
                 done = Done(Outcome.OK, "restart through the restart command", {}, restart=True)
-        elif planned.name == "reset_device":
+        elif spec.destructive:
             command = shlex.join(reset_command(failed_device(self.ctx, inc, params, ev)))
             done = Done(
                 Outcome.SUGGESTED,
@@ -231,13 +222,17 @@ class Remediator:
             return "dry_run"
         return None if self.ctx.config.mode == "auto" else self.ctx.config.mode
 
-    def _cooldown_key(self, planned: PlannedAction, inc: Incident, ev: Evidence) -> str:
-        """What a cooldown is kept for: the action, and for a device reset the device
-        (resetting card 3 says nothing about when card 6 may be reset)."""
-        if planned.name != "reset_device":
-            return planned.name
-        device = failed_device(self.ctx, inc, planned.params, ev)
-        return planned.name if device is None else f"reset_device:npu{device}"
+    def _cooldown_key(self, planned: PlannedAction, inc: Incident, ev: Evidence) -> str | None:
+        """What a cooldown is kept for (the registry says: the action, per device, or none)."""
+        spec = ACTIONS.get(planned.name)
+        if spec is None:
+            return None
+        return spec.cooldown_key(failed_device(self.ctx, inc, planned.params, ev))
+
+    def _ran(self, planned: PlannedAction, inc: Incident, ev: Evidence) -> None:
+        key = self._cooldown_key(planned, inc, ev)
+        if key is not None:
+            self.policy.ran(key)
 
     def _launch_changes(self) -> dict[str, Any]:
         overrides = self.ctx.store.overrides()
@@ -249,20 +244,18 @@ class Remediator:
 
     def _evidence(self, inc: Incident) -> Evidence:
         captures: dict[str, str] = {}
-        for f in reversed(self.ctx.store.findings(inc.id)):
-            captures.update(f["captures"])
+        stored = [f.finding for f in self.ctx.store.findings(inc.id)]
+        for f in reversed(stored):
+            captures.update(f.captures)
         # the root rule's own captures win over its symptoms'
-        for f in self.ctx.store.findings(inc.id):
-            if f["rule"] == inc.rule:
-                captures.update(f["captures"])
+        for f in stored:
+            if f.rule == inc.rule:
+                captures.update(f.captures)
         return Evidence(captures)
 
     def _escalate(self, inc: Incident, why: str) -> StepResult:
         self._record(inc, "escalate", Outcome.OK, why, {})
-        self.ctx.store.update_incident(
-            inc.id, state=IncidentState.ESCALATED, resolved_at=self.ctx.clock()
-        )
-        log.error("incident %d escalated: %s", inc.id, why)
+        self.incidents.escalate(inc.id, why)
         return StepResult(restart=False, escalated=self._about_this_server(inc))
 
     def _about_this_server(self, inc: Incident) -> bool:
@@ -271,7 +264,7 @@ class Remediator:
         if not inc.subject.startswith("npu"):
             return True
         digits = inc.subject[3:].split(".")[0]
-        devices = self.ctx.spec().devices(self.ctx.base_env)
+        devices = self.ctx.devices()
         return not digits.isdigit() or not devices or int(digits) in devices
 
     def record(

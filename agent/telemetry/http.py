@@ -16,6 +16,8 @@ import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from ascend_doctor.core.errors import ConfigError, TelemetryError
+
 log = logging.getLogger(__name__)
 
 HEAD_LIMIT = 64 * 1024
@@ -31,7 +33,7 @@ REASONS = {
 }
 
 
-class BadRequest(Exception):
+class BadRequest(TelemetryError):
     """The request cannot be read; answered 400 (``reason`` says why, for counting)."""
 
     def __init__(self, reason: str, message: str) -> None:
@@ -68,7 +70,7 @@ def parse_address(address: str, what: str) -> tuple[str, int]:
     """``host:port`` -> (host, port); ValueError with the key name otherwise."""
     host, sep, port = address.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
-        raise ValueError(f"config '{what}' is {address!r}: expected host:port")
+        raise ConfigError(f"config '{what}' is {address!r}: expected host:port")
     return host.strip("[]"), int(port)
 
 

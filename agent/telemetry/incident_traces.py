@@ -279,11 +279,11 @@ class IncidentTracer:
         }
         if result is not None:
             attrs["verify.reason"] = result.reason
-        server = self.store.meta("server") or {}
-        if isinstance(server, dict) and server.get("state"):
-            attrs["verify.server.state"] = str(server["state"])
-            if server.get("since"):
-                attrs["verify.server.healthy_since"] = float(server["since"])
+        server = self.store.server()
+        if server is not None:
+            attrs["verify.server.state"] = server.state.value
+            if server.since:
+                attrs["verify.server.healthy_since"] = server.since
         probe = self.store.latest_samples("vllm").get("server", {})
         for key in ("health_status", "health_latency_ms"):
             if key in probe:

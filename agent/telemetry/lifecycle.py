@@ -23,6 +23,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Span, Status, StatusCode, Tracer
 
 from ascend_doctor.agent.telemetry.incident_traces import ns
+from ascend_doctor.core.events import ProcessEvent
 
 MAX_READ = 1 << 20  # bytes of start-up output read for the phases (it is ~10 KB)
 _STAMP = re.compile(
@@ -86,9 +87,9 @@ class LifecycleTracer:
         self._run: Span | None = None
         self._stop: Span | None = None
 
-    def process_event(self, row: dict[str, Any]) -> None:
+    def process_event(self, event: ProcessEvent) -> None:
         """One recorded state change of the server."""
-        state, at = str(row["state"]), float(row["at"])
+        state, at = event.state.value, event.at
         if state == "STARTING":
             self._finish_all(at, "superseded by a new start")
             self._start_at = at
@@ -96,20 +97,20 @@ class LifecycleTracer:
             self._start = self.tracer.start_span(
                 "server.start",
                 context=Context(),
-                attributes={"server.reason": str(row.get("reason", ""))},
+                attributes={"server.reason": event.reason},
                 start_time=ns(at),
             )
         elif state == "RUNNING":
             if self._start is not None:
                 self._phases(self._start, at, healthy=True)
-                self._start.set_attribute("server.pid", int(row.get("pid") or 0))
+                self._start.set_attribute("server.pid", event.pid or 0)
                 self._start.set_status(Status(StatusCode.OK))
                 self._start.end(end_time=ns(at))
                 self._start = None
             self._run = self.tracer.start_span(
                 "server.run",
                 context=Context(),
-                attributes={"server.pid": int(row.get("pid") or 0)},
+                attributes={"server.pid": event.pid or 0},
                 start_time=ns(at),
             )
         elif state == "STOPPING":
@@ -118,16 +119,16 @@ class LifecycleTracer:
             self._stop = self.tracer.start_span(
                 "server.stop",
                 context=ctx,
-                attributes={"server.reason": str(row.get("reason", ""))},
+                attributes={"server.reason": event.reason},
                 start_time=ns(at),
             )
         elif state in ("STOPPED", "EXITED", "FATAL"):
-            self._exited(row, at)
+            self._exited(event, at)
 
-    def _exited(self, row: dict[str, Any], at: float) -> None:
-        code = row.get("exit_code")
-        crashed = bool(row.get("crashed"))
-        reason = str(row.get("reason", ""))
+    def _exited(self, event: ProcessEvent, at: float) -> None:
+        code = event.exit_code
+        crashed = event.crashed
+        reason = event.reason
         attrs: dict[str, Any] = {"server.reason": reason, "server.crashed": crashed}
         if code is not None:
             attrs["server.exit_code"] = int(code)

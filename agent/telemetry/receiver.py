@@ -26,6 +26,7 @@ from ascend_doctor.agent.telemetry.export import Endpoint
 from ascend_doctor.agent.telemetry.http import HttpServer, Request, Response
 from ascend_doctor.agent.telemetry.metrics import DoctorMetrics
 from ascend_doctor.agent.telemetry.records import from_otlp_json, from_otlp_proto, to_otlp_proto
+from ascend_doctor.core.errors import TelemetryError
 from ascend_doctor.core.store import SpanRecord, Store
 
 log = logging.getLogger(__name__)
@@ -104,7 +105,7 @@ class Receiver:
             else:
                 self._reject("content_type")
                 return Response(415, b"expected application/x-protobuf or application/json\n")
-        except ValueError as exc:
+        except TelemetryError as exc:
             self._reject("malformed")
             return Response(400, f"{exc}\n".encode())
         if spans:
@@ -172,7 +173,7 @@ class Receiver:
         async def send_http(req: ExportTraceServiceRequest) -> None:
             resp = await client.post(ep.traces, content=req.SerializeToString(), headers=headers)
             if resp.status_code >= 300:
-                raise RuntimeError(f"HTTP {resp.status_code}")
+                raise TelemetryError(f"HTTP {resp.status_code}")
 
         return send_http
 

@@ -2,7 +2,7 @@
 and OTLP (protobuf messages, and the protobuf JSON mapping with hex ids that collectors,
 Jaeger and Tempo load).
 
-Pure functions: no I/O. Decoding raises ``ValueError`` on anything that is not a valid
+Pure functions: no I/O. Decoding raises ``TelemetryError`` on anything that is not a valid
 OTLP trace request, so the receiver can answer 400.
 """
 
@@ -19,6 +19,7 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 
+from ascend_doctor.core.errors import TelemetryError
 from ascend_doctor.core.store import SpanRecord
 
 KINDS = ("internal", "internal", "server", "client", "producer", "consumer")
@@ -131,7 +132,7 @@ def to_otlp_json(records: Iterable[SpanRecord]) -> dict[str, Any]:
 
 def _from_json_value(v: Any) -> Any:
     if not isinstance(v, dict):
-        raise ValueError("attribute value must be an object")
+        raise TelemetryError("attribute value must be an object")
     if "stringValue" in v:
         return str(v["stringValue"])
     if "boolValue" in v:
@@ -151,11 +152,11 @@ def _from_json_value(v: Any) -> Any:
 
 def _from_json_attrs(items: Any) -> dict[str, Any]:
     if not isinstance(items, list):
-        raise ValueError("attributes must be a list")
+        raise TelemetryError("attributes must be a list")
     out: dict[str, Any] = {}
     for kv in items:
         if not isinstance(kv, dict) or not isinstance(kv.get("key"), str):
-            raise ValueError("attribute must be an object with a string key")
+            raise TelemetryError("attribute must be an object with a string key")
         out[kv["key"]] = _from_json_value(kv.get("value", {}))
     return out
 
@@ -164,10 +165,10 @@ def _hex_id(value: Any, size: int, what: str, *, empty_ok: bool = False) -> str:
     if value in ("", None) and empty_ok:
         return ""
     if not isinstance(value, str):
-        raise ValueError(f"{what} must be a hex string")
-    raw = bytes.fromhex(value)  # ValueError on non-hex
+        raise TelemetryError(f"{what} must be a hex string")
+    raw = bytes.fromhex(value)  # ValueError on non-hex: the caller says "not OTLP"
     if len(raw) != size or not any(raw):
-        raise ValueError(f"{what} must be {size} non-zero bytes")
+        raise TelemetryError(f"{what} must be {size} non-zero bytes")
     return raw.hex()
 
 
@@ -176,13 +177,13 @@ def _get(d: Mapping[str, Any], camel: str, snake: str, default: Any = None) -> A
 
 
 def from_otlp_json(body: bytes, source: str = "server") -> list[SpanRecord]:
-    """Spans of an OTLP/JSON trace request; ValueError when it is not one."""
+    """Spans of an OTLP/JSON trace request; TelemetryError when it is not one."""
     try:
         doc = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"not JSON: {exc}") from None
+        raise TelemetryError(f"not JSON: {exc}") from None
     if not isinstance(doc, dict):
-        raise ValueError("body must be a JSON object")
+        raise TelemetryError("body must be a JSON object")
     out: list[SpanRecord] = []
     try:
         for rs in _get(doc, "resourceSpans", "resource_spans", []):
@@ -220,8 +221,8 @@ def from_otlp_json(body: bytes, source: str = "server") -> list[SpanRecord]:
                             source=source,
                         )
                     )
-    except (AttributeError, TypeError, KeyError) as exc:
-        raise ValueError(f"not an OTLP trace request: {exc}") from None
+    except (AttributeError, TypeError, KeyError, ValueError) as exc:  # int(), fromhex()
+        raise TelemetryError(f"not an OTLP trace request: {exc}") from None
     return out
 
 
@@ -261,17 +262,17 @@ def _bytes_id(raw: bytes, size: int, what: str, *, empty_ok: bool = False) -> st
     if not raw and empty_ok:
         return ""
     if len(raw) != size or not any(raw):
-        raise ValueError(f"{what} must be {size} non-zero bytes")
+        raise TelemetryError(f"{what} must be {size} non-zero bytes")
     return raw.hex()
 
 
 def from_otlp_proto(body: bytes, source: str = "server") -> list[SpanRecord]:
-    """Spans of an OTLP/protobuf trace request; ValueError when it is not one (a truncated
+    """Spans of an OTLP/protobuf trace request; TelemetryError when it is not one (a truncated
     or garbage body fails to parse, or parses into spans without valid ids)."""
     try:
         req = ExportTraceServiceRequest.FromString(body)
     except (DecodeError, RuntimeError) as exc:
-        raise ValueError(f"not an OTLP protobuf trace request: {exc}") from None
+        raise TelemetryError(f"not an OTLP protobuf trace request: {exc}") from None
     out: list[SpanRecord] = []
     for rs in req.resource_spans:
         resource = _attrs(rs.resource.attributes)

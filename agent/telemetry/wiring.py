@@ -28,8 +28,7 @@ from ascend_doctor.agent.telemetry.metrics import DoctorMetrics
 from ascend_doctor.agent.telemetry.receiver import Receiver, summary
 from ascend_doctor.agent.telemetry.resource import build_resource
 from ascend_doctor.core.config import Config
-from ascend_doctor.core.errors import ConfigError
-from ascend_doctor.core.events import ActionResult, Finding, Incident, Sample
+from ascend_doctor.core.events import ActionResult, Finding, Incident, ProcessEvent, Sample
 from ascend_doctor.core.store import Store, StoreListener
 
 log = logging.getLogger(__name__)
@@ -48,12 +47,9 @@ class Telemetry(StoreListener):
         npu_smi: str | None = None,
     ) -> None:
         tc, tr = config.telemetry, config.tracing
-        try:
-            prom, recv = tc.prometheus_address, tr.receiver_address
-            self.prometheus_at = parse_address(prom, "telemetry.prometheus_address")
-            self.receiver_at = parse_address(recv, "tracing.receiver_address")
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
+        prom, recv = tc.prometheus_address, tr.receiver_address
+        self.prometheus_at = parse_address(prom, "telemetry.prometheus_address")
+        self.receiver_at = parse_address(recv, "tracing.receiver_address")
         self.config = config
         self.store = store
         self.endpoint = resolve_endpoint(tc)
@@ -268,7 +264,7 @@ class Telemetry(StoreListener):
         self.metrics.action(result)
         self.incidents.action_added(incident_id, result)
 
-    def process_event(self, event: dict[str, Any]) -> None:
+    def process_event(self, event: ProcessEvent) -> None:
         """The supervisor changed state."""
         self._build()
         self.lifecycle.process_event(event)

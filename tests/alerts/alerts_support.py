@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from ascend_doctor.agent.alerts import AlertEngine, Deliverer
+from ascend_doctor.agent.alerts import AlertListener, Deliverer
 from ascend_doctor.core.config import AlertRouteConfig, AlertsConfig, AlertSinkConfig
 from ascend_doctor.core.events import Category, Finding, Incident, LogLine, Role, Severity
 from ascend_doctor.core.store import Store
@@ -127,7 +127,7 @@ class Rig:
     """A store with the alert engine listening and a deliverer on a fake clock."""
 
     store: Store
-    engine: AlertEngine
+    engine: AlertListener
     deliverer: Deliverer
     clock: FakeClock
 
@@ -145,7 +145,7 @@ def rig(
 ) -> Rig:
     clock = clock or FakeClock()
     store = Store.in_dir(state)
-    engine = AlertEngine(config, store, environ=env, clock=clock)
+    engine = AlertListener(config, store, environ=env, clock=clock)
     store.listeners.append(engine)
     import random
 

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from alerts_support import FakeClock, Receiver, alerts_config, open_incident, rig, sink
 
-from ascend_doctor.agent.alerts import STATUS_META
 from ascend_doctor.agent.alerts.alertmanager import ALERTNAME
 from ascend_doctor.core.config import AlertRouteConfig
 from ascend_doctor.core.events import Category, IncidentState, Severity
@@ -54,9 +53,9 @@ async def test_sink_down_for_an_hour_then_a_doctor_restart_loses_nothing(
         ("resolve", "pending"),
     ]
     assert rows[0].attempts == attempts  # only the oldest was tried: the sink was down
-    status = r.store.meta(STATUS_META)["pd"]
-    assert status["queued"] == 3 and status["failures"] == attempts
-    assert status["last_error"].startswith("HTTP 503")
+    status = r.store.sinks()["pd"]
+    assert status.queued == 3 and status.failures == attempts
+    assert status.last_error.startswith("HTTP 503")
     r.store.close()
 
     # the doctor restarts; the sink comes back
@@ -76,7 +75,7 @@ async def test_sink_down_for_an_hour_then_a_doctor_restart_loses_nothing(
     # the trigger sent after the outage carries the incident as it is now
     assert bodies[0]["payload"]["custom_details"]["state"] == "resolved"
     assert [row.status for row in r2.store.alerts(sink="pd")] == ["sent"] * 3
-    assert r2.store.meta(STATUS_META)["pd"]["queued"] == 0
+    assert r2.store.sinks()["pd"].queued == 0
     r2.store.close()
 
 
@@ -97,9 +96,9 @@ async def test_rejected_alert_is_a_permanent_failure_recorded_with_the_response(
     await r.drain()
     await r.drain()
     assert [b["payload"]["group"] for b in receiver.bodies()] == ["npu_oom"]
-    status = r.store.meta(STATUS_META)["pd"]
-    assert status["failed"] == 1 and status["sent"] == 1 and status["failures"] == 1
-    assert "routing_key is invalid" in status["last_error"]
+    status = r.store.sinks()["pd"]
+    assert status.failed == 1 and status.sent == 1 and status.failures == 1
+    assert "routing_key is invalid" in status.last_error
     assert KEY not in str(status)
 
 

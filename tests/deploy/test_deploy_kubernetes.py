@@ -16,7 +16,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from ascend_doctor.agent.daemon import cann_log_root
+from ascend_doctor.agent.logwatch import cann_log_root
 from ascend_doctor.core.config import Config, load_config
 
 from .test_deploy_systemd import _watch_options

@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 import pytest
 
-from ascend_doctor.agent.daemon import cann_log_root
+from ascend_doctor.agent.logwatch import cann_log_root
 from ascend_doctor.cli.main import main
 from ascend_doctor.core.config import load_config
 

@@ -10,7 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from ascend_doctor.core.events import Category, Finding, Role, Severity
+from ascend_doctor.core.config import RemediationConfig
+from ascend_doctor.core.events import Category, Finding, ProcessState, Role, Severity
+from ascend_doctor.core.records import (
+    BudgetEntry,
+    DoctorStatus,
+    LaunchRecord,
+    Ledger,
+    ServerStatus,
+)
 from ascend_doctor.core.store import Store
 
 pytestmark = pytest.mark.integration
@@ -40,20 +48,28 @@ def state_with_an_override(tmp_path: Path) -> Path:
     )
     inc = store.open_incident(f)
     store.set_override("--max-model-len", "arg", "15744", inc.id)
-    store.set_meta(
-        "launch", {"argv": ["vllm", "serve", "m", "--max-model-len", "32768"], "env": {}}
-    )
-    store.set_meta("server", {"state": "RUNNING", "pid": 4242, "reason": "/health answered 200"})
+    store.set_launch(LaunchRecord(("vllm", "serve", "m", "--max-model-len", "32768")))
     now = time.time()
-    store.set_meta("doctor", {"mode": "auto", "remediation": {"budget_per_hour": 4}})
-    store.set_meta(
-        "remediation.history",
-        [
-            {"at": now - 60, "category": "kv_cache_insufficient"},
-            {"at": now - 7200, "category": "x"},
-        ],
+    store.set_server(ServerStatus(ProcessState.RUNNING, 4242, now, "/health answered 200"))
+    store.set_doctor(
+        DoctorStatus(
+            pid=0,
+            started_at=now,
+            mode="auto",
+            dry_run=False,
+            attached=False,
+            remediation=RemediationConfig(budget_per_hour=4),
+        )
     )
-    store.set_meta("remediation.last_run", {"lower_max_model_len": now - 60})
+    store.set_ledger(
+        Ledger(
+            history=(
+                BudgetEntry(now - 60, "kv_cache_insufficient"),
+                BudgetEntry(now - 7200, "x"),
+            ),
+            last_run={"lower_max_model_len": now - 60},
+        )
+    )
     store.close()
     return state
 

@@ -98,10 +98,10 @@ async def test_hung_npu_smi_is_killed_and_counted(tmp_path: Path) -> None:
     assert await asyncio.wait_for(run, 10) == 0
     store = Store.in_dir(tmp_path / "state", readonly=True)
     assert store.latest_samples("npu_smi") == {}
-    recorded = store.meta("collector.npu_smi")
+    recorded = store.collectors()["npu_smi"]
     store.close()
-    assert recorded["failures"] >= 2
-    assert recorded["last_error"] == "npu-smi info timed out after 0.3s; killed"
+    assert recorded.failures >= 2
+    assert recorded.last_error == "npu-smi info timed out after 0.3s; killed"
 
 
 def test_example_config_loads() -> None:

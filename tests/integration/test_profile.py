@@ -13,9 +13,10 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
-from ascend_doctor.agent.profiling import ARTIFACTS_KEY, MSPROF_KIND, TORCH_KIND
+from ascend_doctor.agent.profiling import MSPROF_KIND, TORCH_KIND
 from ascend_doctor.cli.demo import free_port
 from ascend_doctor.cli.profile import profile
+from ascend_doctor.core.records import encode
 from ascend_doctor.core.store import Store
 from ascend_doctor.sim.host import SimHost
 
@@ -83,8 +84,7 @@ def run(*args: str) -> tuple[int, str]:
 def artifacts(state: Path) -> list[dict[str, object]]:
     store = Store.in_dir(state, readonly=True)
     try:
-        items: list[dict[str, object]] = store.meta(ARTIFACTS_KEY)
-        return items
+        return [encode(a) for a in store.artifacts()]
     finally:
         store.close()
 

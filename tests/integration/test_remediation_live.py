@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from ascend_doctor.cli.demo import free_port
+from ascend_doctor.core.events import ProcessState
 from ascend_doctor.core.store import Store
 from ascend_doctor.sim.host import SimHost
 from tests.conftest import alive, poll, read_store
@@ -99,7 +100,7 @@ class Doctor:
 
     def starts(self) -> int:
         events = self.read(lambda s: s.process_events(limit=1000)) or []
-        return sum(1 for e in events if e["state"] == "STARTING")
+        return sum(1 for e in events if e.state == ProcessState.STARTING)
 
     def log(self) -> str:
         return (self.tmp / "doctor.out").read_text(errors="replace")
@@ -131,11 +132,11 @@ def test_crash_loop_escalates_and_leaves_the_server_stopped(tmp_path: Path) -> N
         doc.start("--", *argv, env=env)
         inc = poll(lambda: doc.incident("aicore_error", "escalated"), 60, "the escalation")
         server = poll(
-            lambda: (m := doc.read(lambda s: s.meta("server"))) and m["state"] == "STOPPED" and m,
+            lambda: (m := doc.read(lambda s: s.server())) and m.state == ProcessState.STOPPED and m,
             30,
             "the server to be left stopped",
         )
-        assert server["reason"] == "staying stopped"
+        assert server.reason == "staying stopped"
         # one start, one restart by the only step; then stopped: the supervisor starts a
         # STOPPED server only when asked, so there can be no more
         assert doc.starts() == 2
@@ -146,8 +147,8 @@ def test_crash_loop_escalates_and_leaves_the_server_stopped(tmp_path: Path) -> N
             ("escalate", "ok"),
         ]
         assert decisions[-1][2] == "no remediation step left"
-        history = doc.read(lambda s: s.meta("remediation.history"))
-        assert [e["category"] for e in history] == ["aicore_error"]
+        history = doc.read(lambda s: s.ledger().history)
+        assert [e.category for e in history] == ["aicore_error"]
         assert doc.proc is not None and doc.proc.poll() is None, "the doctor keeps watching"
         assert doc.stop() == 0
 
@@ -165,9 +166,9 @@ def test_a_doctor_killed_mid_plan_resumes_it_with_the_budget_it_had(tmp_path: Pa
         )
         doc.stop(signal.SIGKILL)  # no clean shutdown: mid-plan, server possibly starting
         events = doc.read(lambda s: s.process_events(limit=1000))
-        pids = [e["pid"] for e in events if e["pid"]]
+        pids = [e.pid for e in events if e.pid]
         poll(lambda: not any(alive(p) for p in pids), 30, "the orphaned server to die")
-        used = doc.read(lambda s: s.meta("remediation.history"))
+        used = doc.read(lambda s: s.ledger().history)
         assert len(used) == 1
 
         doc.start("--", *argv, env=env)
@@ -176,7 +177,7 @@ def test_a_doctor_killed_mid_plan_resumes_it_with_the_budget_it_had(tmp_path: Pa
         assert [i.id for i in incidents] == [inc.id], "the plan resumed: no fresh incident"
         names = [a.name for a in doc.actions(inc.id)]
         assert names == ["collect_diagnostics", "restart", "escalate"], names
-        assert doc.read(lambda s: s.meta("remediation.history")) == used, "no fresh budget"
+        assert doc.read(lambda s: s.ledger().history) == used, "no fresh budget"
         assert doc.stop() == 0
 
 
@@ -188,7 +189,7 @@ def test_dry_run_and_suggest_change_nothing_on_the_server(tmp_path: Path, mode: 
         argv, env = serve(host, 3, "--max-model-len", "8192")
         doc.start(*(["--dry-run"] if mode == "dry-run" else []), "--", *argv, env=env)
         poll(
-            lambda: (m := doc.read(lambda s: s.meta("server"))) and m["state"] == "RUNNING",
+            lambda: (m := doc.read(lambda s: s.server())) and m.state == ProcessState.RUNNING,
             60,
             "the server to be healthy",
         )
@@ -272,7 +273,7 @@ def test_attach_mode_restarts_through_the_command_and_suggests_launch_changes(
             env={"ASCEND_RT_VISIBLE_DEVICES": "2"},
         )
         poll(
-            lambda: (m := doc.read(lambda s: s.meta("server"))) and m["state"] == "RUNNING",
+            lambda: (m := doc.read(lambda s: s.server())) and m.state == ProcessState.RUNNING,
             60,
             "the attached server to be seen healthy",
         )
@@ -307,9 +308,9 @@ def test_attach_mode_restarts_through_the_command_and_suggests_launch_changes(
         )
         poll(
             lambda: (
-                (m := doc.read(lambda s: s.meta("server")))
-                and m["state"] == "RUNNING"
-                and m["pid"] == new_pid
+                (m := doc.read(lambda s: s.server()))
+                and m.state == ProcessState.RUNNING
+                and m.pid == new_pid
             ),
             60,
             "the doctor to attach again",

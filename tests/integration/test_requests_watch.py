@@ -42,7 +42,7 @@ def test_watch_carries_out_ack_and_next_step_requests(tmp_path: Path) -> None:
     with open(tmp_path / "doctor.out", "wb") as out:
         doctor = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
     try:
-        poll(lambda: read_store(state, lambda s: s.meta("doctor")), 60, "the doctor to start")
+        poll(lambda: read_store(state, lambda s: s.doctor()), 60, "the doctor to start")
         with log.open("a") as fh:
             fh.write(OOM)
         incident = poll(

@@ -61,7 +61,7 @@ def ids(state: Path) -> list[int] | None:
     def extract(store: Store) -> list[int]:
         found = []
         for f in store.findings():
-            m = re.search(r"id=(\d+)", f["evidence"][0]["text"])
+            m = re.search(r"id=(\d+)", f.finding.evidence[0].text)
             assert m, f
             found.append(int(m.group(1)))
         return found

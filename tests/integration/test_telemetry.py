@@ -215,7 +215,9 @@ def test_watch_metrics_prometheus_and_the_servers_request_spans(
     proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
         poll(
-            lambda: read_store(state, lambda s: (s.meta("server") or {}).get("state") == "RUNNING"),
+            lambda: read_store(
+                state, lambda s: (m := s.server()) is not None and m.state.value == "RUNNING"
+            ),
             60,
             "server RUNNING",
         )

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from ascend_doctor.cli.demo import free_port
+from ascend_doctor.core.events import ProcessState
 from ascend_doctor.sim.host import SimHost
 from tests.conftest import alive, poll, read_store
 
@@ -77,9 +78,9 @@ def test_watch_learns_survives_sigterm_and_relaunches_with_overrides(tmp_path: P
             60,
             "the kv-cache incident to resolve",
         )
-        server = read_store(state, lambda s: s.meta("server"))
-        assert server["state"] == "RUNNING"
-        pid = server["pid"]
+        server = read_store(state, lambda s: s.server())
+        assert server.state == ProcessState.RUNNING
+        pid = server.pid
         doctor.send_signal(signal.SIGTERM)
         assert doctor.wait(timeout=20) == 0
     finally:
@@ -88,8 +89,8 @@ def test_watch_learns_survives_sigterm_and_relaunches_with_overrides(tmp_path: P
         doctor.wait()
     assert not alive(pid), "the server outlived the doctor"
     events = read_store(state, lambda s: s.process_events())
-    assert events[-1]["state"] == "STOPPED"
-    assert events[-1]["reason"] == "doctor shutting down"
+    assert events[-1].state == ProcessState.STOPPED
+    assert events[-1].reason == "doctor shutting down"
 
     # A restarted doctor relaunches with the learned --max-model-len: no new incident.
     learned = read_store(state, lambda s: {o.key: o.value for o in s.overrides()})
@@ -97,7 +98,9 @@ def test_watch_learns_survives_sigterm_and_relaunches_with_overrides(tmp_path: P
 
     def runs() -> int:
         return sum(
-            1 for e in read_store(state, lambda s: s.process_events()) if e["state"] == "RUNNING"
+            1
+            for e in read_store(state, lambda s: s.process_events())
+            if e.state == ProcessState.RUNNING
         )
 
     runs_before = runs()
@@ -149,7 +152,7 @@ def test_watch_without_command_only_observes(tmp_path: Path) -> None:
         stderr=subprocess.STDOUT,
     )
     try:
-        poll(lambda: read_store(state, lambda s: s.meta("doctor")), 30, "the doctor to start")
+        poll(lambda: read_store(state, lambda s: s.doctor()), 30, "the doctor to start")
         (logs / "server.log").write_text(
             "INFO 09-08 02:55:20 [worker.py:240] Available KV cache memory: 25.82 GiB\n"
             "RuntimeError: NPU out of memory. Tried to allocate 2.00 GiB\n"

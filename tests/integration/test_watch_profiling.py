@@ -76,13 +76,13 @@ async def test_profiling_end_to_end(tmp_path: Path) -> None:
         env = {**os.environ, **host.env()}
         await profile_cli(state, env)  # auto: torch, dir and URL from the state dir
         await profile_cli(state, env, "--mode", "msprof")  # pid from the state dir
-        captured = await daemon._capture_profile()  # what the capture_profile action runs
-        assert Path(captured["path"]).name.endswith("_ascend_pt")
+        captured = await daemon.profiler.capture()  # what the capture_profile action runs
+        assert Path(captured.path).name.endswith("_ascend_pt")
 
-        kinds = [a["kind"] for a in read_store(state, lambda s: s.meta("artifacts")) or []]
+        kinds = [a.kind for a in read_store(state, lambda s: s.artifacts())]
         assert kinds == ["torch_profile", "msprof_profile", "torch_profile"]
-        for a in read_store(state, lambda s: s.meta("artifacts")) or []:
-            assert Path(a["path"]).is_dir() and a["size_bytes"] > 0
+        for a in read_store(state, lambda s: s.artifacts()):
+            assert Path(a.path).is_dir() and a.size_bytes > 0
     finally:
         daemon.shutdown()
         await asyncio.wait_for(run, 30)

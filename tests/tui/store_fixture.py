@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ascend_doctor.core.config import RemediationConfig
 from ascend_doctor.core.events import (
     ActionResult,
     Category,
@@ -13,9 +14,12 @@ from ascend_doctor.core.events import (
     IncidentState,
     LogLine,
     Outcome,
+    ProcessEvent,
+    ProcessState,
     Role,
     Severity,
 )
+from ascend_doctor.core.records import DoctorStatus, ServerStatus
 from ascend_doctor.core.store import SpanRecord, Store
 
 NOW = 1_796_212_800.0  # 2026-12-02 12:00:00Z: the injected clock
@@ -115,8 +119,17 @@ def build_state(state: Path, *, log_lines: list[str] | None = None, first: int =
         "[ERROR] RUNTIME(276,python3):2026-12-02-11:05:00.000.000 rtStreamSynchronize\n"
     )
     store = Store.in_dir(state)
-    store.set_meta("doctor", {"pid": DOCTOR_PID, "started_at": T0, "mode": "auto"})
-    store.set_meta("server", {"state": "RUNNING", "pid": 728, "since": NOW - 754, "reason": ""})
+    store.set_doctor(
+        DoctorStatus(
+            pid=DOCTOR_PID,
+            started_at=T0,
+            mode="auto",
+            dry_run=False,
+            attached=False,
+            remediation=RemediationConfig(),
+        )
+    )
+    store.set_server(ServerStatus(ProcessState.RUNNING, 728, NOW - 754))
     for at, st, prev in (
         (T0 + 1, "STARTING", "STOPPED"),
         (T0 + 20, "RUNNING", "STARTING"),
@@ -124,7 +137,9 @@ def build_state(state: Path, *, log_lines: list[str] | None = None, first: int =
         (T0 + 302, "STARTING", "EXITED"),
         (NOW - 754, "RUNNING", "STARTING"),
     ):
-        store.add_process_event(st, prev, at, 728, None, st == "EXITED", "")
+        store.add_process_event(
+            ProcessEvent(ProcessState(st), ProcessState(prev), at, 728, None, st == "EXITED", "")
+        )
     store.set_override("PYTORCH_NPU_ALLOC_CONF", "env", "expandable_segments:True", 1)
     store.set_override("--gpu-memory-utilization", "arg", "0.85", 1)
     store.set_offsets(

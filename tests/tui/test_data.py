@@ -9,8 +9,9 @@ from pathlib import Path
 
 import psutil
 
+from ascend_doctor.core.procs import pid_alive
 from ascend_doctor.core.store import SpanRecord
-from ascend_doctor.tui.data import Source, load_incident, load_traces, pid_alive, read_tail
+from ascend_doctor.tui.data import Source, load_incident, load_traces, read_tail
 from ascend_doctor.tui.logindex import LineIndex
 from ascend_doctor.tui.waterfall_model import waterfall
 from tests.conftest import poll

@@ -9,11 +9,12 @@ import pytest
 
 from ascend_doctor.agent.incidents import IncidentManager
 from ascend_doctor.agent.launch import LaunchSpec
-from ascend_doctor.agent.remediation import Context, Remediator
+from ascend_doctor.agent.remediation import Context, HostTools, Remediator
 from ascend_doctor.core.config import IncidentsConfig, RemediationConfig
 from ascend_doctor.core.events import Category, Finding, IncidentState, Role, Severity
 from ascend_doctor.core.store import Store
 from ascend_doctor.rules import load_rules
+from tests.fakes import FakeServer
 
 RULES = load_rules()
 STEPS = {r.id: r.remediation for r in RULES.text}
@@ -24,24 +25,21 @@ class World:
         self.store = Store.in_dir(tmp_path)
         self.base = LaunchSpec(argv)
         self.now = 1000.0
-        self.stopped: list[str] = []
+        self.server = FakeServer(
+            lambda: self.base.apply(self.store.overrides()),
+            base_env={"ASCEND_RT_VISIBLE_DEVICES": "3"},
+        )
+        self.stopped = self.server.stopped
         self.ctx = Context(
             config=RemediationConfig(**policy),  # type: ignore[arg-type]
             store=self.store,
-            spec=lambda: self.base.apply(self.store.overrides()),
-            base_env={"ASCEND_RT_VISIBLE_DEVICES": "3"},
-            npu_smi="npu-smi",
-            npu_smi_timeout=1.0,
-            server_running=lambda: False,
-            stop_server=self.stop,
+            server=self.server,
+            host=HostTools(npu_smi="npu-smi", npu_smi_timeout=1.0),
             sleep=lambda s: asyncio.sleep(0),
             clock=lambda: self.now,
         )
-        self.remediator = Remediator(self.ctx, RULES)
         self.incidents = IncidentManager(self.store, IncidentsConfig(), clock=lambda: self.now)
-
-    async def stop(self, reason: str) -> None:
-        self.stopped.append(reason)
+        self.remediator = Remediator(self.ctx, self.incidents, RULES)
 
     def finding(self, rule: str, captures: dict[str, str], offset: int, **kw: object) -> Finding:
         r = next(x for x in RULES.text if x.id == rule)
@@ -154,7 +152,10 @@ async def test_symptom_joins_root_and_duplicates_are_dropped(tmp_path: Path) -> 
     assert w.incidents.ingest([root, symptom]) == []  # delivered again after a restart
     (inc,) = w.store.incidents()
     assert inc.category == Category.NPU_OOM
-    assert [f["rule"] for f in w.store.findings(inc.id)] == ["torch-npu-oom", "vllm-engine-dead"]
+    assert [f.finding.rule for f in w.store.findings(inc.id)] == [
+        "torch-npu-oom",
+        "vllm-engine-dead",
+    ]
 
 
 async def test_symptom_alone_opens_its_own_incident(tmp_path: Path) -> None:
@@ -226,8 +227,8 @@ async def test_other_roots_close_in_time_join_the_first(tmp_path: Path) -> None:
 
 
 async def test_enforce_eager_and_hccl_timeout_actions(tmp_path: Path) -> None:
-    from ascend_doctor.agent.remediation.actions import Evidence as Ev
-    from ascend_doctor.agent.remediation.actions import enforce_eager, raise_hccl_timeout
+    from ascend_doctor.agent.remediation.context import Evidence as Ev
+    from ascend_doctor.agent.remediation.launch_actions import enforce_eager, raise_hccl_timeout
 
     w = World(tmp_path, ("vllm", "serve", "m"))
     (inc_id,) = w.incidents.ingest([w.finding("torch-npu-oom", {}, 10)])
@@ -239,15 +240,15 @@ async def test_enforce_eager_and_hccl_timeout_actions(tmp_path: Path) -> None:
 
 
 async def test_collect_diagnostics_snapshots_logs(tmp_path: Path) -> None:
-    from ascend_doctor.agent.remediation.actions import Evidence as Ev
-    from ascend_doctor.agent.remediation.actions import collect_diagnostics
+    from ascend_doctor.agent.remediation.context import Evidence as Ev
+    from ascend_doctor.agent.remediation.device_actions import collect_diagnostics
 
     log = tmp_path / "server.log"
     log.write_text("line one\nline two\n")
     w = World(tmp_path, ("vllm", "serve", "m"))
-    w.ctx.diagnostics_dir = tmp_path / "diag"
-    w.ctx.log_paths = lambda: [str(log)]
-    w.ctx.npu_smi = str(tmp_path / "no-npu-smi")
+    w.ctx.host.diagnostics_dir = tmp_path / "diag"
+    w.ctx.host.log_paths = lambda: [str(log)]
+    w.ctx.host.npu_smi = str(tmp_path / "no-npu-smi")
     (inc_id,) = w.incidents.ingest([w.finding("torch-npu-oom", {}, 10)])
     done = await collect_diagnostics(w.ctx, w.store.incident(inc_id), {}, Ev({}))
     assert done.outcome == "ok"
@@ -270,7 +271,7 @@ async def test_a_reused_path_is_not_a_duplicate(tmp_path: Path) -> None:
 
 async def test_observing_only_suggests_what_would_change_the_server(tmp_path: Path) -> None:
     w = World(tmp_path, ())
-    w.ctx.supervised = False
+    w.server.supervised = False
     (inc_id,) = w.incidents.ingest([w.finding("torch-npu-oom", {}, 10)])
     result = await w.remediator.remediate(inc_id)
     assert not result.restart
@@ -315,7 +316,7 @@ async def test_host_budget_is_reserved_and_persists(tmp_path: Path) -> None:
         w.store.update_incident(inc_id, state=IncidentState.RESOLVED)
         w.now += 60
     # a new doctor (a crash loop restarts it) reads the same budget from the store
-    fresh = Remediator(w.ctx, RULES)
+    fresh = Remediator(w.ctx, w.incidents, RULES)
     (inc_id,) = w.incidents.ingest([w.finding("torch-npu-oom", {}, 30)])
     result = await fresh.remediate(inc_id)
     assert result.escalated and not result.restart
@@ -348,15 +349,14 @@ async def test_circuit_breaker_until_acknowledged(tmp_path: Path) -> None:
 
 
 async def test_corrupt_budget_record_fails_closed(tmp_path: Path) -> None:
-    from ascend_doctor.agent.remediation.policy import HISTORY
-
     w = World(tmp_path, ("vllm", "serve", "m"))
-    w.store.set_meta(HISTORY, {"not": "a list"})
+    w.store.set_meta("remediation.ledger", {"history": {"not": "a list"}})
     (inc_id,) = w.incidents.ingest([w.finding("torch-npu-oom", {}, 10)])
     result = await w.remediator.remediate(inc_id)
     assert result.escalated and not result.restart
     assert w.store.actions(inc_id)[0].reason.startswith(
-        "budget record unreadable, failing closed: store meta 'remediation.history' is corrupt"
+        "budget record unreadable, failing closed: store record 'remediation.ledger' is not a"
+        " Ledger"
     )
     assert w.store.overrides() == []
 
@@ -367,7 +367,9 @@ async def test_cooldown_defers_the_same_action_and_survives_a_new_doctor(tmp_pat
     assert (await w.remediator.remediate(first)).restart
     w.store.update_incident(first, state=IncidentState.RESOLVED)
     w.now += 30
-    fresh = Remediator(w.ctx, RULES)  # a restarted doctor reads the cooldown from the store
+    fresh = Remediator(
+        w.ctx, w.incidents, RULES
+    )  # a restarted doctor reads the cooldown from the store
     kv = {"max_model_len": "16128", "estimate": "8000"}
     (second,) = w.incidents.ingest([w.finding("vllm-kv-cache-max-len-estimate", kv, 20)])
     result = await fresh.remediate(second)
@@ -388,7 +390,7 @@ async def test_attach_mode_suggests_the_exact_flag_and_restarts_only_by_command(
     tmp_path: Path,
 ) -> None:
     w = World(tmp_path, ("vllm", "serve", "m", "--max-model-len", "32768"))
-    w.ctx.supervised, w.ctx.attached, w.ctx.can_restart = False, True, True
+    w.server.supervised, w.server.attached, w.server.can_restart = False, True, True
     (inc_id,) = w.incidents.ingest([w.finding("vllm-kv-cache-max-len-estimate", KV, 10)])
     result = await w.remediator.remediate(inc_id)
     assert not result.restart  # restarting without the change would not help
@@ -414,7 +416,7 @@ async def test_attach_mode_suggests_the_exact_flag_and_restarts_only_by_command(
     assert w.store.actions(aic)[-1].reason == "restart through the restart command"
     # without a restart command even that is left to the operator
     v = World(tmp_path / "no-command", ("vllm", "serve", "m"))
-    v.ctx.supervised, v.ctx.attached = False, True
+    v.server.supervised, v.server.attached = False, True
     (aic,) = v.incidents.ingest([v.finding("rt-aicore-exception", {}, 30)])
     assert not (await v.remediator.remediate(aic)).restart
     assert v.store.actions(aic)[-1].outcome == "suggested"
@@ -435,7 +437,7 @@ async def test_lower_max_model_len_computed_from_kv_memory_without_an_estimate(
 
 async def test_reset_cooldown_is_kept_per_device(tmp_path: Path) -> None:
     w = World(tmp_path, ("vllm", "serve", "m"), allow_device_reset=True)
-    w.ctx.base_env = {"ASCEND_RT_VISIBLE_DEVICES": "3,6"}
+    w.server.base_env = {"ASCEND_RT_VISIBLE_DEVICES": "3,6"}
     w.base = LaunchSpec(("vllm", "serve", "m", "--tensor-parallel-size", "2"))
     w.remediator.policy.ran("reset_device:npu3")
     w.now += 60

@@ -8,13 +8,14 @@ from typing import Any
 
 from ascend_doctor.agent.incidents import IncidentManager
 from ascend_doctor.agent.launch import LaunchSpec
-from ascend_doctor.agent.remediation import Context, Remediator
-from ascend_doctor.agent.remediation.policy import ACKED
+from ascend_doctor.agent.remediation import Context, HostTools, Remediator
 from ascend_doctor.agent.requests import RequestRunner
 from ascend_doctor.core.config import IncidentsConfig, RemediationConfig
 from ascend_doctor.core.events import Finding, IncidentState
+from ascend_doctor.core.records import Artifact
 from ascend_doctor.core.store import Store
 from ascend_doctor.rules import load_rules
+from tests.fakes import FakeServer
 
 RULES = load_rules()
 KV = {"max_model_len": "32768", "estimate": "16162"}
@@ -29,34 +30,28 @@ class World:
         ctx = Context(
             config=self.config,
             store=self.store,
-            spec=lambda: self.base.apply(self.store.overrides()),
-            base_env={},
-            npu_smi="npu-smi",
-            npu_smi_timeout=1.0,
-            server_running=lambda: False,
-            stop_server=self._stop,
+            server=FakeServer(lambda: self.base.apply(self.store.overrides())),
+            host=HostTools(npu_smi="npu-smi", npu_smi_timeout=1.0),
             sleep=lambda s: asyncio.sleep(0),
             clock=lambda: self.now,
         )
-        self.remediator = Remediator(ctx, RULES)
+        self.incidents = IncidentManager(self.store, IncidentsConfig(), clock=lambda: self.now)
+        self.remediator = Remediator(ctx, self.incidents, RULES)
         self.profiles: list[str] = []
         self.profile_error: Exception | None = None
         self.runner = RequestRunner(
-            self.store,
+            self.incidents,
             self.config,
             step=self.remediator.remediate,
             profile=self._profile,
             clock=lambda: self.now,
         )
 
-    async def _stop(self, reason: str) -> None:
-        return None
-
-    async def _profile(self) -> dict[str, Any]:
+    async def _profile(self) -> Artifact:
         if self.profile_error is not None:
             raise self.profile_error
         self.profiles.append("torch")
-        return {"kind": "torch", "path": "/state/profiles/torch/trace.json"}
+        return Artifact("torch_profile", "/state/profiles/torch/trace.json", 1, 0.0, 1.0)
 
     def incident(self) -> int:
         rule = next(r for r in RULES.text if r.id == "vllm-kv-cache-max-len-estimate")
@@ -84,7 +79,7 @@ async def test_ack_marks_the_incident_and_rearms_its_breaker(tmp_path: Path) -> 
     rid = w.store.add_request("ack", inc)
     assert await w.runner.run_pending() == 1
     assert w.store.incident(inc).acknowledged
-    assert w.store.meta(ACKED) == {"kv_cache_insufficient": 5000.0}
+    assert w.store.ledger().acknowledged == {"kv_cache_insufficient": 5000.0}
     (req,) = w.store.requests()
     assert (req.id, req.state) == (rid, "done")
     assert "acknowledged" in req.result

@@ -16,6 +16,8 @@ from ascend_doctor.core.events import (
     Incident,
     IncidentState,
     Outcome,
+    ProcessEvent,
+    ProcessState,
     Role,
     Severity,
 )
@@ -46,8 +48,8 @@ class Recorder(StoreListener):
     def action_added(self, incident_id: int, result: ActionResult) -> None:
         self.calls.append(("action", result.name))
 
-    def process_event(self, event: dict[str, Any]) -> None:
-        self.calls.append(("process", event["state"]))
+    def process_event(self, event: ProcessEvent) -> None:
+        self.calls.append(("process", event.state.value))
 
 
 class Broken(StoreListener):
@@ -63,13 +65,17 @@ def test_listeners_see_every_change_and_a_broken_one_is_isolated(tmp_path: Path)
     assert store.add_finding(_finding(), inc.id)  # Broken raises; the write stands
     store.update_incident(inc.id, state=IncidentState.MITIGATING)
     store.add_action(inc.id, ActionResult("restart", {}, Outcome.OK, "why", 101.0))
-    store.add_process_event("running", "starting", 102.0, 42, None, False, "healthy")
+    store.add_process_event(
+        ProcessEvent(ProcessState.RUNNING, ProcessState.STARTING, 102.0, 42, reason="healthy")
+    )
     assert rec.calls == [
         ("incident", (None, IncidentState.OPEN)),
         ("incident", (IncidentState.OPEN, IncidentState.MITIGATING)),
         ("action", "restart"),
-        ("process", "running"),
+        ("process", "RUNNING"),
     ]
+    (event,) = store.process_events()
+    assert (event.state, event.pid, event.reason) == (ProcessState.RUNNING, 42, "healthy")
     assert len(store.findings(inc.id)) == 1
 
 
@@ -102,7 +108,7 @@ def _span(trace: str, span: str, parent: str, start: int, source: str = "doctor"
 def test_spans_round_trip_and_server_spans_are_bounded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("ascend_doctor.core.store_traces.SERVER_SPANS_KEPT", 3)
+    monkeypatch.setattr("ascend_doctor.core.store_spans.SERVER_SPANS_KEPT", 3)
     store = Store.in_dir(tmp_path)
     store.add_spans([_span("t1", "b", "a", 20), _span("t1", "a", "", 10)])
     assert [s.span_id for s in store.spans("t1")] == ["a", "b"]
@@ -116,7 +122,7 @@ def test_spans_round_trip_and_server_spans_are_bounded(
 
 def test_requests_are_queued_then_finished(tmp_path: Path) -> None:
     store = Store.in_dir(tmp_path)
-    with pytest.raises(ValueError, match="unknown request kind"):
+    with pytest.raises(StoreError, match="unknown request kind"):
         store.add_request("reboot", None)
     rid = store.add_request("ack", 3, {"by": "tui"})
     assert [(r.kind, r.incident_id, r.params) for r in store.requests(pending_only=True)] == [

@@ -27,7 +27,7 @@ from ascend_doctor.agent.telemetry.records import (
     to_otlp_proto,
 )
 from ascend_doctor.core.config import Config, TelemetryConfig
-from ascend_doctor.core.errors import ConfigError
+from ascend_doctor.core.errors import ConfigError, TelemetryError
 from ascend_doctor.core.events import (
     ActionResult,
     Category,
@@ -246,19 +246,19 @@ def test_otlp_proto_and_json_round_trip() -> None:
     ids=["garbage", "truncated"],
 )
 def test_proto_decoding_rejects_garbage_and_truncation(body: bytes) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(TelemetryError):
         from_otlp_proto(body)
     full = to_otlp_proto(sample_records()).SerializeToString()
-    with pytest.raises(ValueError):
+    with pytest.raises(TelemetryError):
         from_otlp_proto(full[: len(full) // 2])
 
 
 def test_json_decoding_rejects_bad_ids() -> None:
     doc = to_otlp_json(sample_records())
     doc["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["traceId"] = "zz"
-    with pytest.raises(ValueError):
+    with pytest.raises(TelemetryError):
         from_otlp_json(json.dumps(doc).encode())
-    with pytest.raises(ValueError):
+    with pytest.raises(TelemetryError):
         from_otlp_json(b'{"resourceSpans": 3}')
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ascend_doctor.agent.incidents import IncidentManager
 from ascend_doctor.agent.verify import Verifier
-from ascend_doctor.core.config import RemediationConfig
+from ascend_doctor.core.config import IncidentsConfig, RemediationConfig
 from ascend_doctor.core.events import (
     ActionResult,
     Category,
@@ -38,7 +39,12 @@ def test_resolved_only_when_the_engine_answers(tmp_path: Path) -> None:
     store.add_action(inc.id, ActionResult("restart", {}, Outcome.OK, "restart", 995.0))
     store.update_incident(inc.id, state=IncidentState.MITIGATING)
     verifier = Verifier(
-        store, RemediationConfig(), record, lambda: "http://s", probe=probe, clock=lambda: now[0]
+        IncidentManager(store, IncidentsConfig(), clock=lambda: now[0]),
+        RemediationConfig(),
+        record,
+        lambda: "http://s",
+        probe=probe,
+        clock=lambda: now[0],
     )
     # the run that began at 996 is healthy but does not serve: the step did not help
     assert asyncio.run(verifier.check(996.0, lambda: 996.0)) == [inc.id]
@@ -68,6 +74,7 @@ def test_a_run_that_ends_during_the_probe_is_not_judged(tmp_path: Path) -> None:
     inc = store.open_incident(f)
     store.add_action(inc.id, ActionResult("restart", {}, Outcome.OK, "restart", 2.0))
     store.update_incident(inc.id, state=IncidentState.MITIGATING)
-    verifier = Verifier(store, RemediationConfig(), lambda *a: None, lambda: "u", probe=probe)
+    incidents = IncidentManager(store, IncidentsConfig())
+    verifier = Verifier(incidents, RemediationConfig(), lambda *a: None, lambda: "u", probe=probe)
     assert asyncio.run(verifier.check(3.0, lambda: 9.0)) == []  # restarted meanwhile
     assert store.incident(inc.id).state == IncidentState.MITIGATING

@@ -1,0 +1,170 @@
+"""The logs and the rules: the tailer's chunks scanned by the engine, findings handed on.
+
+Every text the doctor reads goes this one way: the server's own output (teed to a file in the
+state dir), the CANN plog and device logs under the server's log root, the configured globs,
+and the text a failing collector printed (npu-smi's dcmi errors).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from ascend_doctor.collectors.logs import (
+    Checkpoint,
+    Checkpoints,
+    Source,
+    Tailer,
+    Waker,
+    source_kind,
+)
+from ascend_doctor.core.config import LogsConfig
+from ascend_doctor.core.events import Finding, LogChunk
+from ascend_doctor.core.store import Store
+from ascend_doctor.rules import Engine
+
+log = logging.getLogger(__name__)
+
+TAILER_STARTED = "tailer.first_started_at"
+"""Store meta: when the tailer first ran on this store (its one owner is this module)."""
+
+
+class StoreCheckpoints(Checkpoints):
+    """The tailer's checkpoints, kept in the store."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def get(self, identity: str) -> Checkpoint | None:
+        row = self.store.offset(identity)
+        return None if row is None else Checkpoint(*row)
+
+    def by_head(self, head: str) -> Checkpoint | None:
+        row = self.store.offset_by_head(head)
+        return None if row is None else Checkpoint(*row)
+
+    def put(self, items: list[tuple[str, str, Checkpoint]]) -> None:
+        self.store.set_offsets([(i, p, c.offset, c.head, c.file_id) for i, p, c in items])
+
+
+def cann_log_root(env: Mapping[str, str]) -> Path:
+    """Where CANN writes plogs for a process with this environment (FORMATS.md section 1)."""
+    for var in ("ASCEND_PROCESS_LOG_PATH", "ASCEND_WORK_PATH"):
+        if env.get(var):
+            root = Path(env[var])
+            return root if var == "ASCEND_PROCESS_LOG_PATH" else root / "log"
+    return Path(env.get("HOME", str(Path.home()))) / "ascend" / "log"
+
+
+def log_sources(
+    config: LogsConfig, server_log: Path | None, env: Mapping[str, str]
+) -> list[Source]:
+    """What to follow: the server's output, its CANN log tree, the configured globs."""
+    sources = [Source(str(server_log), "server")] if server_log is not None else []
+    if config.cann:
+        root = cann_log_root(env)
+        for level in ("debug", "run"):
+            sources.append(Source(str(root / level / "plog" / "*.log"), "plog"))
+            sources.append(Source(str(root / level / "device-*" / "*.log"), "device"))
+    for pattern in config.paths:
+        sources.append(Source(pattern, source_kind(pattern)))
+    return sources
+
+
+class LogWatch:
+    """Reads every source to its end when woken (inotify) or every poll interval."""
+
+    def __init__(
+        self,
+        config: LogsConfig,
+        store: Store,
+        sources: list[Source],
+        engine: Engine,
+        on_findings: Callable[[list[Finding]], None],
+        on_drained: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.engine = engine
+        self._on_findings = on_findings
+        self._on_drained = on_drained
+        self.tailer = Tailer(
+            sources,
+            StoreCheckpoints(store),
+            read_from=config.read_from,
+            lookback_bytes=config.lookback_bytes,
+            # read_from=end is for the doctor's very first start only; after that, a file
+            # nobody has seen was written while the doctor was away and is read whole
+            first_start=store.meta(TAILER_STARTED) is None,
+            max_line_bytes=config.max_line_bytes,
+        )
+        self._wake = asyncio.Event()
+        self._waker: Waker | None = None
+
+    def start(self) -> None:
+        """Take start positions and read what a restarted doctor missed while it was away
+        (never dropping what this first pass reads); then let inotify wake the loop."""
+        loop = asyncio.get_running_loop()
+
+        def wake() -> None:
+            loop.call_soon_threadsafe(self._wake.set)
+
+        self._waker = Waker(wake)
+        if self.config.inotify:
+            self._waker.start(self.tailer.watch_dirs())
+        self.drain()
+        if self.store.meta(TAILER_STARTED) is None:
+            self.store.set_meta(TAILER_STARTED, time.time())
+
+    def drain(self) -> None:
+        """Read every source to its end now and hand on what the rules find."""
+        while True:
+            chunks = self.tailer.poll()
+            if not chunks:
+                break
+            findings: list[Finding] = []
+            for chunk in chunks:
+                findings.extend(self.engine.scan(chunk))
+            if findings:
+                self._on_findings(findings)
+            self.tailer.commit()
+        self._on_drained()
+
+    def scan_text(self, name: str, text: str, file_id: str) -> None:
+        """Text that is not in a file (a failing collector's output) through the same rules."""
+        chunk = LogChunk(name, "host", 0, (text + "\n").encode(), file_id=file_id)
+        findings = self.engine.scan(chunk)
+        if findings:
+            self._on_findings(findings)
+
+    def paths(self) -> list[str]:
+        """Every file followed now."""
+        return list(self.tailer.paths())
+
+    async def run(self) -> None:
+        """Drain whenever woken or every poll interval, until cancelled."""
+        while True:
+            try:
+                self.drain()
+            except Exception:  # a failing part is logged and isolated; the daemon goes on
+                log.exception("tailing failed")
+            self._wake.clear()
+            # asyncio.timeout, not wait_for: 3.11's wait_for can swallow the cancellation
+            # that stops this loop, and then the daemon never finishes shutting down.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.config.poll_interval):
+                    await self._wake.wait()
+
+    async def close(self) -> None:
+        """Stop the watcher, read the last words, release the files."""
+        if self._waker is not None:
+            await asyncio.to_thread(self._waker.stop)
+        self.drain()
+        self.tailer.close()
+
+
+__all__ = ["TAILER_STARTED", "LogWatch", "StoreCheckpoints", "cann_log_root", "log_sources"]

@@ -1,0 +1,128 @@
+"""The watched server, whatever runs it: the supervisor (the doctor's own server), an
+attached server (someone else's, restarted only through a command) or none (the doctor only
+observes). Remediation and the decider see it through :class:`ServerHandle`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Protocol
+
+from ascend_doctor.agent.attach import AttachedServer
+from ascend_doctor.agent.launch import LaunchSpec
+from ascend_doctor.agent.supervisor import Supervisor
+from ascend_doctor.core.events import ProcessState
+
+
+class ServerProcess(Protocol):
+    """What the supervisor and an attached server both are."""
+
+    state: ProcessState
+    pid: int | None
+    fatal_reason: str
+
+    @property
+    def dying(self) -> bool:
+        """It printed an engine-death line and has not exited yet."""
+        ...
+
+    def start(self) -> None:
+        """Ask for it to run."""
+        ...
+
+    async def stop(self, reason: str = "stop requested") -> None:
+        """Stop it and keep it stopped."""
+        ...
+
+    async def restart(self, reason: str) -> None:
+        """Stop it if it runs, then start it again."""
+        ...
+
+    async def shutdown(self) -> None:
+        """End ``run()``."""
+        ...
+
+    async def run(self) -> None:
+        """Supervise or follow it until ``shutdown()``."""
+        ...
+
+
+class ServerHandle:
+    """The watched server as remediation and the decider see it."""
+
+    def __init__(
+        self,
+        process: Supervisor | AttachedServer | None,
+        spec: Callable[[], LaunchSpec],
+        base_env: Mapping[str, str],
+    ) -> None:
+        self.process = process
+        """What runs or follows it (None: the doctor only observes)."""
+        self._spec = spec
+        self._base_env = dict(base_env)
+        self._own_pids: set[int] = set()
+
+    @property
+    def supervised(self) -> bool:
+        """The doctor runs the server: it may change, stop and restart it."""
+        return isinstance(self.process, Supervisor)
+
+    @property
+    def attached(self) -> bool:
+        """Attach mode: the server is someone else's."""
+        return isinstance(self.process, AttachedServer)
+
+    @property
+    def can_restart(self) -> bool:
+        """Attach mode with a restart command."""
+        return isinstance(self.process, AttachedServer) and self.process.can_restart
+
+    @property
+    def own_pids(self) -> set[int]:
+        """PIDs the server's processes have had."""
+        return self._own_pids
+
+    @property
+    def base_env(self) -> Mapping[str, str]:
+        """The environment the server inherits."""
+        return self._base_env
+
+    @property
+    def state(self) -> ProcessState | None:
+        """Its state (None when nothing is watched)."""
+        return None if self.process is None else self.process.state
+
+    @property
+    def pid(self) -> int | None:
+        """Its main pid now."""
+        return None if self.process is None else self.process.pid
+
+    @property
+    def dying(self) -> bool:
+        """It announced its death and has not exited yet."""
+        return self.process is not None and self.process.dying
+
+    def spec(self) -> LaunchSpec:
+        """Its effective launch spec."""
+        return self._spec()
+
+    def running(self) -> bool:
+        """Whether a server process exists."""
+        return self.pid is not None
+
+    def start(self) -> None:
+        """Ask for it to run (a step stopped it)."""
+        if self.process is not None:
+            self.process.start()
+
+    async def stop(self, reason: str) -> None:
+        """Stop it and keep it stopped."""
+        if self.process is not None:
+            await self.process.stop(reason)
+
+    async def restart(self, reason: str) -> None:
+        """Stop it if it runs and start it again."""
+        if self.process is not None:
+            await self.process.restart(reason)
+
+
+__all__ = ["ServerHandle", "ServerProcess"]

@@ -1,0 +1,64 @@
+"""What every collector is and how one is registered (the node_exporter habit).
+
+A collector has one job, ``collect() -> Sequence[Sample]``; the daemon's runner owns the
+schedule, the timeout, the status record and the isolation (one failing collector never stops
+another). Each collector file registers one :class:`CollectorSpec` under its name, and that name
+is the config table (``[collectors.npu_smi]``), ``Sample.collector``, the store's status record
+and the log field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from ascend_doctor.core.config import CollectorsConfig
+from ascend_doctor.core.events import Sample
+
+
+class Collector(Protocol):
+    """One job: ``collect() -> samples``; a failure is a CollectorError (its ``raw`` and
+    ``evidence`` say what the source printed)."""
+
+    name: str
+
+    def collect(self) -> Awaitable[Sequence[Sample]]:
+        """One run."""
+        ...
+
+
+@dataclass(frozen=True)
+class CollectorContext:
+    """What a collector may be built from: the config and the watched server."""
+
+    config: CollectorsConfig
+    """``[collectors]``."""
+    server_url: str
+    """The server's base URL ('' when no server is watched)."""
+    server_pid: Callable[[], int | None]
+    """The server's main pid now (None while it has none)."""
+    npu_smi: str
+    """The npu-smi binary, resolved on the server's PATH."""
+
+
+@dataclass(frozen=True)
+class CollectorSpec:
+    """One registered collector."""
+
+    name: str
+    """The registered name."""
+    build: Callable[[CollectorContext], Collector]
+    """Makes the collector."""
+    enabled: Callable[[CollectorsConfig], bool]
+    """Whether its config table turns it on."""
+    interval: Callable[[CollectorsConfig], float]
+    """Seconds between runs."""
+    needs_server: bool = False
+    """Runs only when a server is watched (supervised or attached)."""
+    while_running: bool = False
+    """Runs only while the server is RUNNING (it asks the server itself), and waits one
+    interval before its first run."""
+
+
+__all__ = ["Collector", "CollectorContext", "CollectorSpec"]
