@@ -140,6 +140,10 @@ class SimHost:
         with update_state(self.state_path) as state:
             state[key] = value
 
+    def setting(self, key: str) -> Any:
+        """The current value of host setting ``key``."""
+        return read_state(self.state_path).get(key)
+
     def serve_argv(self, model: str, flags: Sequence[str]) -> list[str]:
         """argv that starts the fake ``vllm serve`` for ``model`` with ``flags``."""
         return [sys.executable, "-m", "ascend_doctor.sim.vllm", "serve", model, *flags]
