@@ -135,7 +135,9 @@ def render_board(dev: dict[str, Any], chip: bool) -> str:
                 ("Board ID", "0x33"),
                 ("PCB ID", "NA"),
                 ("BOM ID", 1),
-                ("Chip Position ID", 0),
+                ("VDie ID", f"1C{dev['id']:02X}711D4 20B03704 4A10C8D4 14CC040A D2102003"),
+                ("NDie ID", f"27{dev['id']:02X}6594 20401010 4E10C8D4 14CC040A A4102003"),
+                ("Chip Position ID", dev["id"]),
                 ("PCIe Bus Info", dev["bus_id"]),
                 ("Firmware Version", FIRMWARE_VERSION),
             ]
