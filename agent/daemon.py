@@ -15,18 +15,22 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import shutil
+import signal
 import time
 import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+
+import httpx
 
 from ascend_doctor.agent.alerts import AlertListener, Deliverer
 from ascend_doctor.agent.attach import AttachedServer, AttachSpec, process_spec
 from ascend_doctor.agent.collection import CollectorRunner
 from ascend_doctor.agent.decider import Decider
 from ascend_doctor.agent.incidents import IncidentManager
-from ascend_doctor.agent.launch import LaunchSpec, server_spec
+from ascend_doctor.agent.launch import LaunchSpec, server_spec, version_probe
 from ascend_doctor.agent.logwatch import LogWatch, log_sources
 from ascend_doctor.agent.profiling import ServerProfiler
 from ascend_doctor.agent.remediation import Context, HostTools, Remediator, StepResult
@@ -39,11 +43,20 @@ from ascend_doctor.collectors import REGISTRY, CollectorContext
 from ascend_doctor.core.config import Config
 from ascend_doctor.core.events import Finding, ProcessEvent, ProcessState, Sample
 from ascend_doctor.core.procs import process_start
-from ascend_doctor.core.records import DoctorStatus, LaunchRecord, ProfilingSetup, ServerStatus
+from ascend_doctor.core.records import (
+    DoctorStatus,
+    LaunchRecord,
+    ProfilingSetup,
+    ServerStatus,
+    ServerVersion,
+)
 from ascend_doctor.core.store import Store
 from ascend_doctor.rules import Engine, RuleSet
 
 log = logging.getLogger(__name__)
+
+VERSION_PROBE_TIMEOUT = 15.0
+"""Seconds ``vllm --version`` may take (it imports vLLM) before the doctor goes on without it."""
 
 
 class Daemon:
@@ -132,6 +145,8 @@ class Daemon:
         )
         self.collectors = self._collectors()
         self._stop = asyncio.Event()
+        self._version_task: asyncio.Future[None] | None = None
+        """The running server's ``/version`` read (kept so it is not collected mid-flight)."""
         self._verify_wanted = asyncio.Event()
         self._run_start = 0.0  # wall time the server last became RUNNING
         self._started = time.time()
@@ -170,8 +185,14 @@ class Daemon:
         if self.base_spec is None:
             return LaunchSpec(())
         traces = self.telemetry.receiver_url() if self.config.tracing.capture_server else None
+        known = self.store.server_version()
         return server_spec(
-            self.base_spec, self.store.overrides(), self.config.profiling, self.torch_dir, traces
+            self.base_spec,
+            self.store.overrides(),
+            self.config.profiling,
+            self.torch_dir,
+            traces,
+            known.vllm if known is not None else None,
         )
 
     def _server_env(self) -> dict[str, str]:
@@ -267,6 +288,8 @@ class Daemon:
         sup_task = None
         if process is not None:
             if isinstance(process, Supervisor):
+                if self.config.profiling.enabled and self.base_spec is not None:
+                    await self._probe_version(self.base_spec)
                 process.start()  # an attached server runs already
             sup_task = asyncio.create_task(process.run(), name="supervisor")
             sup_task.add_done_callback(lambda _: self._stop.set())
@@ -328,6 +351,8 @@ class Daemon:
         if event.state == ProcessState.RUNNING:
             self._run_start = event.at
             self._verify_wanted.set()
+            if self.config.profiling.enabled:
+                self._version_task = asyncio.ensure_future(self._learn_version())
         self.store.add_process_event(event)
         self.store.set_server(
             ServerStatus(
@@ -340,6 +365,52 @@ class Daemon:
         )
         if event.state == ProcessState.FATAL:
             self._stop.set()  # the server will not run: say so and exit non-zero
+
+    async def _probe_version(self, spec: LaunchSpec) -> None:
+        """``vllm --version`` before the first start, so the profiler is switched on the way
+        the installed release takes it (bounded; a failure leaves the release unknown)."""
+        argv = version_probe(spec.argv)
+        if argv is None or self.store.server_version() is not None:
+            return
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                env={**self._server_env()},
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            log.warning("vllm --version could not run: %s", exc)
+            return
+        try:
+            out, _ = await asyncio.wait_for(proc.communicate(), VERSION_PROBE_TIMEOUT)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            await proc.wait()
+            log.warning("vllm --version did not answer in %ss", VERSION_PROBE_TIMEOUT)
+            return
+        found = re.search(rb"^v?(\d+\.\d+\.\d+\S*)\s*$", out, re.M)
+        if proc.returncode == 0 and found is not None:
+            version = found.group(1).decode()
+            self.store.set_server_version(ServerVersion(version, "vllm --version", time.time()))
+
+    async def _learn_version(self) -> None:
+        """``GET /version`` of the running server: the release it really runs."""
+        url = self.server_url
+        if not url:
+            return
+        try:
+            async with httpx.AsyncClient(trust_env=False, timeout=2.0) as client:
+                version = str((await client.get(url + "/version")).json()["version"])
+        except (httpx.HTTPError, ValueError, KeyError, TypeError):
+            return
+        known = self.store.server_version()
+        if known is None or known.vllm != version:
+            self.store.set_server_version(ServerVersion(version, "/version", time.time()))
+            log.info("the server runs vLLM %s; the profiler follows from its next start", version)
 
     async def _verify_loop(self) -> None:
         """Once the server has been healthy for the settle window after it became RUNNING,

@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from ascend_doctor.agent.holders import npu_process
 from ascend_doctor.agent.profiling import MODES, TORCH_KIND, Request, capture, record_artifact
 from ascend_doctor.core.errors import DoctorError
 from ascend_doctor.core.records import Artifact
@@ -122,7 +123,8 @@ def _from_state(
     if url is None and prof.url:
         url = prof.url
     if pid is None and prof.msprof and server is not None and server.state.value == "RUNNING":
-        pid = server.pid
+        # msprof attaches to the process on the card, not to vLLM's API server
+        pid = npu_process(server.pid) if server.pid is not None else None
     return url, profiler_dir, pid
 
 

@@ -332,6 +332,41 @@ def parse_pairs(text: str) -> dict[str, str]:
     return pairs
 
 
+RESET_ANSWERS = "Y\ny\n"
+"""What the doctor types at ``npu-smi set -t reset``: yes to ``Are you sure you want to continue
+resetting?(Y/N)`` and, on boards whose NPUs HCCS joins (Atlas 800T A2), yes to ``... it will
+reboot all devices, do you want to continue reboot? [y/n]``. Only sent once every NPU the
+reset may take was found idle or the server's own (npucli ``show_reset_risk``,
+``check_confirm_info``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResetResult:
+    """What ``npu-smi set -t reset`` reported."""
+
+    status: str
+    """``OK`` or ``Fail`` (the last ``Status`` line); "" when none was printed."""
+    message: str
+    """The last ``Message`` line (``Reset server successfully.``, ``User aborts reset server by
+    inband.``, ``Failed to reset server``...); "" when none was printed."""
+    board: bool
+    """npu-smi said the reset takes every device (``it will reboot all devices``)."""
+
+
+def parse_reset(text: str) -> ResetResult:
+    """Parse the output of ``npu-smi set -t reset`` (prompts, then ``Status``/``Message``)."""
+    status = message = ""
+    for line in text.splitlines():
+        match = _PAIR.match(line)
+        if match is None:
+            continue
+        if match.group(1) == "Status":
+            status = match.group(2)
+        elif match.group(1) == "Message":
+            message = match.group(2)
+    return ResetResult(status, message, "reboot all devices" in text)
+
+
 def dcmi_error(text: str) -> int | None:
     """The ``ret is N`` code of a DCMI failure line (``dcmi module initialize failed. ret is
     -8005``, ``... because the device is used. ret is -8020``), else None."""
@@ -405,8 +440,12 @@ async def run_npu_smi(
     *,
     timeout: float,
     env: Mapping[str, str] | None = None,
+    answers: str | None = None,
 ) -> NpuSmiResult:
     """Run ``path args...`` (no shell) in its own process group, with a hard ``timeout``.
+
+    ``answers`` is written to its stdin, then stdin is closed (npu-smi reads its confirmations
+    there: a closed stdin answers none, so a reset aborts); without it stdin is /dev/null.
 
     On timeout the whole group is killed with SIGKILL and reaped, and the result has
     ``timed_out=True`` and ``returncode=None``; the call never waits much longer than
@@ -420,7 +459,7 @@ async def run_npu_smi(
         transport, capture = await loop.subprocess_exec(
             lambda: _Capture(loop),
             *argv,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL if answers is None else subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
@@ -434,6 +473,11 @@ async def run_npu_smi(
         raise CollectorError(f"npu-smi could not start: {path}: {exc.strerror or exc}") from None
 
     pid = transport.get_pid()
+    if answers is not None:
+        pipe = transport.get_pipe_transport(0)
+        if isinstance(pipe, asyncio.WriteTransport):
+            pipe.write(answers.encode())
+            pipe.close()
     try:
         await asyncio.wait([capture.exited], timeout=max(timeout, 0.0))
         timed_out = not capture.exited.done()
@@ -570,15 +614,18 @@ SPEC = CollectorSpec(
 __all__ = [
     "COLLECTOR",
     "HEALTH_STATES",
+    "RESET_ANSWERS",
     "SPEC",
     "NpuDevice",
     "NpuInfo",
     "NpuProcess",
     "NpuSmiCollector",
     "NpuSmiResult",
+    "ResetResult",
     "dcmi_error",
     "parse_info",
     "parse_pairs",
+    "parse_reset",
     "run_npu_smi",
     "samples_from_info",
 ]

@@ -122,6 +122,18 @@ class ProfilingSetup:
 
 
 @dataclass(frozen=True, slots=True)
+class ServerVersion:
+    """The vLLM release the watched server runs, as the doctor learned it."""
+
+    vllm: str
+    """``vllm.__version__`` (``0.11.0``)."""
+    source: str
+    """Where it was read: ``vllm --version`` before a start, ``/version`` after one."""
+    learned_at: float
+    """Wall time it was read."""
+
+
+@dataclass(frozen=True, slots=True)
 class SinkStatus:
     """One alert sink's delivery state."""
 
@@ -242,6 +254,7 @@ __all__ = [
     "Ledger",
     "ProfilingSetup",
     "ServerStatus",
+    "ServerVersion",
     "SinkStatus",
     "decode",
     "encode",
