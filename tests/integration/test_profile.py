@@ -182,3 +182,23 @@ def test_torch_mode_needs_profiler_dir_and_a_route(plain: Server, tmp_path: Path
     assert code != 0 and "--profiler-dir" in out
     code, out = run("--mode", "torch", "--url", plain.url, "--profiler-dir", str(tmp_path))
     assert code != 0 and "404" in out and "--profiler-config" in out
+
+
+def test_a_stuck_engine_is_not_profiled(tmp_path: Path) -> None:
+    """/start_profile waits on the engine's busy loop: a stuck step would hang the capture."""
+    stuck_host = SimHost.create(tmp_path / "host", load_seconds=0.1, vllm_version="0.23")
+    stuck_host.set_quirk("hang", "once")
+    prof = tmp_path / "prof"
+    cfg = json.dumps({"profiler": "torch", "torch_profiler_dir": str(prof)})
+    server = Server(stuck_host, ["--profiler-config", cfg], {})
+    try:
+        with pytest.raises(httpx.TimeoutException):
+            httpx.post(f"{server.url}/v1/completions", json={"prompt": "x"}, timeout=0.5)
+        started = time.monotonic()
+        code, out = run("--mode", "torch", "--url", server.url, "--profiler-dir", str(prof))
+        assert code != 0
+        assert "generated no token" in out and "stuck step" in out
+        assert time.monotonic() - started < 10
+        assert not prof.exists() or not list(prof.glob("*_ascend_pt"))
+    finally:
+        server.close()
