@@ -31,6 +31,7 @@ from ascend_doctor.agent.profiling import ServerProfiler
 from ascend_doctor.agent.remediation import Context, HostTools, Remediator, StepResult
 from ascend_doctor.agent.requests import RequestRunner
 from ascend_doctor.agent.server import ServerHandle
+from ascend_doctor.agent.server_version import learn_version, probe_version
 from ascend_doctor.agent.supervisor import ExitDecision, Supervisor, http_probe
 from ascend_doctor.agent.telemetry import Telemetry
 from ascend_doctor.agent.verify import Verifier
@@ -132,6 +133,8 @@ class Daemon:
         )
         self.collectors = self._collectors()
         self._stop = asyncio.Event()
+        self._version_task: asyncio.Future[None] | None = None
+        """The running server's ``/version`` read (kept so it is not collected mid-flight)."""
         self._verify_wanted = asyncio.Event()
         self._run_start = 0.0  # wall time the server last became RUNNING
         self._started = time.time()
@@ -170,8 +173,14 @@ class Daemon:
         if self.base_spec is None:
             return LaunchSpec(())
         traces = self.telemetry.receiver_url() if self.config.tracing.capture_server else None
+        known = self.store.server_version()
         return server_spec(
-            self.base_spec, self.store.overrides(), self.config.profiling, self.torch_dir, traces
+            self.base_spec,
+            self.store.overrides(),
+            self.config.profiling,
+            self.torch_dir,
+            traces,
+            known.vllm if known is not None else None,
         )
 
     def _server_env(self) -> dict[str, str]:
@@ -267,6 +276,8 @@ class Daemon:
         sup_task = None
         if process is not None:
             if isinstance(process, Supervisor):
+                if self.config.profiling.enabled and self.base_spec is not None:
+                    await probe_version(self.store, self.base_spec, self._server_env())
                 process.start()  # an attached server runs already
             sup_task = asyncio.create_task(process.run(), name="supervisor")
             sup_task.add_done_callback(lambda _: self._stop.set())
@@ -328,6 +339,10 @@ class Daemon:
         if event.state == ProcessState.RUNNING:
             self._run_start = event.at
             self._verify_wanted.set()
+            if self.config.profiling.enabled:
+                self._version_task = asyncio.ensure_future(
+                    learn_version(self.store, self.server_url)
+                )
         self.store.add_process_event(event)
         self.store.set_server(
             ServerStatus(

@@ -141,12 +141,50 @@ async def torch_start(client: httpx.AsyncClient, url: str) -> bool:
     return True
 
 
+PROGRESS_WINDOW = 1.0
+"""Seconds between the two /metrics reads that tell a busy engine from a stuck one."""
+
+
+def _running_and_tokens(text: str) -> tuple[float, float]:
+    running = tokens = 0.0
+    for line in text.splitlines():
+        if line.startswith("vllm:num_requests_running{"):
+            running += float(line.rsplit(" ", 1)[1])
+        elif line.startswith("vllm:generation_tokens_total{"):
+            tokens += float(line.rsplit(" ", 1)[1])
+    return running, tokens
+
+
+async def check_progress(
+    client: httpx.AsyncClient, url: str, window: float = PROGRESS_WINDOW
+) -> None:
+    """Refuse (ProfileError) when the engine has requests running and generates nothing: vLLM
+    routes /start_profile and /stop_profile through the engine's busy loop, so they would wait
+    on a stuck step forever."""
+    try:
+        running, before = _running_and_tokens((await client.get(f"{url}/metrics")).text)
+        if running <= 0:
+            return
+        await asyncio.sleep(window)
+        running, after = _running_and_tokens((await client.get(f"{url}/metrics")).text)
+    except (httpx.HTTPError, ValueError, IndexError):
+        return  # no metrics to judge by: the request timeouts still bound the capture
+    if running > 0 and after <= before:
+        raise ProfileError(
+            f"the engine has {running:g} requests running and generated no token in "
+            f"{window:g}s: a profile request would wait on its stuck step"
+        )
+
+
 async def torch_capture(
     url: str, profiler_dir: Path, duration: float, timeout: float, started: bool = False
 ) -> Artifact:
-    """Start (unless ``started``), wait, stop, and locate the new ``*_ascend_pt`` directory."""
+    """Start (unless ``started``), wait, stop, and locate the new ``*_ascend_pt`` directory.
+    Every request is bounded by ``timeout``; a stuck engine is refused before the start."""
     before = set(profiler_dir.glob("*_ascend_pt")) if profiler_dir.is_dir() else set()
     async with httpx.AsyncClient(trust_env=False, timeout=timeout) as client:
+        if not started:
+            await check_progress(client, url)
         began = time.time()
         if not started and not await torch_start(client, url):
             raise ProfileError(

@@ -105,6 +105,8 @@ def _sim_paths(config: Config, host: SimHost) -> Config:
                 config.collectors.npu_smi, path=str(host.bin_dir / "npu-smi")
             ),
         ),
+        # the host's /var/log/messages: where the NPU driver reports a lost heartbeat
+        logs=dataclasses.replace(config.logs, paths=(*config.logs.paths, str(host.kernel_log))),
     )
 
 
@@ -116,7 +118,12 @@ def free_port() -> int:
 
 
 def run_demo(
-    names: list[str], state_dir: Path | None, config: Config | None, *, verbose: bool = False
+    names: list[str],
+    state_dir: Path | None,
+    config: Config | None,
+    *,
+    verbose: bool = False,
+    sim_version: str | None = None,
 ) -> bool:
     """Run scenarios; True when every one ended as its scenario expects."""
     known = list_scenarios()
@@ -128,9 +135,17 @@ def run_demo(
     state_dir = state_dir or work / "state"
     state_dir.mkdir(parents=True, exist_ok=True)
     setup_logging(verbose, None if verbose else state_dir / "doctor.log")
-    host = SimHost.create(work / "host")
+    try:
+        host = SimHost.create(work / "host", vllm_version=sim_version)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     base = _sim_paths(config or demo_config(), host)
+    v = host.version
     click.echo(f"simulated Atlas 800T A2 (8 x 910B3) in {host.root}")
+    click.echo(
+        f"serving stack: vLLM {v.vllm}, vLLM-Ascend {v.vllm_ascend}, torch_npu {v.torch_npu}, "
+        f"CANN {v.cann}"
+    )
     click.echo(f"state dir: {state_dir}\n")
     results = []
     t0 = time.monotonic()

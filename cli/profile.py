@@ -13,10 +13,12 @@ from pathlib import Path
 import click
 import httpx
 
+from ascend_doctor.agent.holders import npu_process
 from ascend_doctor.agent.profiling import (
     MODES,
     TORCH_KIND,
     ProfileError,
+    check_progress,
     find_msprof,
     msprof_capture,
     record_artifact,
@@ -84,6 +86,7 @@ async def _auto(req: Request, url: str) -> tuple[Artifact, str]:
     else:
         try:
             async with httpx.AsyncClient(trust_env=False, timeout=req.timeout) as client:
+                await check_progress(client, url)
                 started = await torch_start(client, url)
         except ProfileError as exc:
             why_not.append(f"torch: {exc}")
@@ -226,7 +229,8 @@ def _from_state(
     if url is None and prof.url:
         url = prof.url
     if pid is None and prof.msprof and server is not None and server.state.value == "RUNNING":
-        pid = server.pid
+        # msprof attaches to the process on the card, not to vLLM's API server
+        pid = npu_process(server.pid) if server.pid is not None else None
     return url, profiler_dir, pid
 
 

@@ -170,9 +170,11 @@ class ProfilingConfig:
     """Profiles on demand (``ascend-doctor profile``, the ``capture_profile`` action)."""
 
     enabled: bool = False
-    """Start the server with ``--profiler-config`` writing under the state dir (torch)."""
+    """Start the server with vLLM's torch profiler writing under the state dir, switched on as
+    its release takes it (``--profiler-config`` from 0.13, ``VLLM_TORCH_PROFILER_DIR`` before;
+    the release is read with ``vllm --version`` before the first start)."""
     legacy_env: bool = False
-    """Old vLLM: set ``VLLM_TORCH_PROFILER_DIR`` instead of ``--profiler-config``."""
+    """Always use ``VLLM_TORCH_PROFILER_DIR`` (ignored by vLLM 0.18 and later)."""
     msprof: bool = False
     """Start the server with ``PROFILING_MODE=dynamic`` so msprof can attach."""
     capture_seconds: float = 10.0

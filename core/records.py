@@ -138,6 +138,18 @@ class ProfilingSetup:
 
 
 @dataclass(frozen=True, slots=True)
+class ServerVersion:
+    """The vLLM release the watched server runs, as the doctor learned it."""
+
+    vllm: str
+    """``vllm.__version__`` (``0.11.0``)."""
+    source: str
+    """Where it was read: ``vllm --version`` before a start, ``/version`` after one."""
+    learned_at: float
+    """Wall time it was read."""
+
+
+@dataclass(frozen=True, slots=True)
 class SinkStatus:
     """One alert sink's delivery state."""
 
@@ -259,6 +271,7 @@ __all__ = [
     "ProfileSummary",
     "ProfilingSetup",
     "ServerStatus",
+    "ServerVersion",
     "SinkStatus",
     "decode",
     "encode",

@@ -92,6 +92,9 @@ def prepare(scenario: Scenario, host: SimHost) -> Callable[[], None]:
     before the server starts; returns the cleanup that undoes it."""
     for name, value in scenario.host.quirks.items():
         host.set_quirk(name, value)
+    before = {key: host.setting(key) for key in scenario.host.settings}
+    for key, seconds in scenario.host.settings.items():
+        host.set_setting(key, seconds)
     holders: list[subprocess.Popen[bytes]] = []
     for h in scenario.host.holders:
         # a real process, so that its PID is alive for as long as it holds the device
@@ -107,6 +110,8 @@ def prepare(scenario: Scenario, host: SimHost) -> Callable[[], None]:
     def cleanup() -> None:
         for name in scenario.host.quirks:
             host.set_quirk(name, None)
+        for key, old in before.items():
+            host.set_setting(key, old)
         if scenario.stimulus.inject_device is not None:
             # a card the doctor was right not to reset is replaced before the next deployment
             host.repair(scenario.stimulus.inject_device)

@@ -18,6 +18,9 @@ import yaml
 from ascend_doctor.sim.faults import FAULTS
 from ascend_doctor.sim.state import QUIRKS
 
+SETTINGS = ("driver_hang_seconds", "profile_parse_seconds")
+"""Host settings a scenario may change (numbers of seconds)."""
+
 SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
 _KEYS = {"name", "description", "model", "flags", "env", "host", "stimulus", "expect"}
 _EXPECT_STATES = ("resolved", "escalated")
@@ -65,7 +68,11 @@ class HostSetup:
     """How the host is prepared before the server starts."""
 
     quirks: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    """Host behaviours switched on (``sim.state.QUIRKS``)."""
     holders: tuple[Holder, ...] = ()
+    """Foreign processes holding cards."""
+    settings: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    """Host settings changed for the scenario (``driver_hang_seconds``, ...)."""
 
 
 @dataclass(frozen=True)
@@ -170,8 +177,8 @@ def _stimulus(path: Path, raw: object) -> Stimulus:
 def _host(path: Path, raw: object) -> HostSetup:
     if raw is None:
         return HostSetup()
-    if not isinstance(raw, dict) or set(raw) - {"quirks", "holders"}:
-        raise _fail(path, "host", "expected a mapping with quirks and/or holders")
+    if not isinstance(raw, dict) or set(raw) - {"quirks", "holders", "settings"}:
+        raise _fail(path, "host", "expected a mapping with quirks, holders and/or settings")
     quirks = _str_map(path, raw.get("quirks"), "host.quirks", ())
     for name, value in quirks.items():
         if value not in QUIRKS.get(name, ()):
@@ -186,7 +193,13 @@ def _host(path: Path, raw: object) -> HostSetup:
         ):
             raise _fail(path, key, "device and memory_mb must be integers")
         holders.append(Holder(h["device"], str(h["name"]), h["memory_mb"]))
-    return HostSetup(quirks, tuple(holders))
+    settings = raw.get("settings") or {}
+    if not isinstance(settings, dict) or set(settings) - set(SETTINGS):
+        raise _fail(path, "host.settings", f"expected some of {', '.join(SETTINGS)}")
+    for key, value in settings.items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            raise _fail(path, f"host.settings.{key}", f"expected a number >= 0, got {value!r}")
+    return HostSetup(quirks, tuple(holders), MappingProxyType(dict(settings)))
 
 
 def _str_map(path: Path, raw: object, key: str, required: tuple[str, ...]) -> Mapping[str, str]:

@@ -35,6 +35,11 @@ class ServerSide(Protocol):
         ...
 
     @property
+    def pid(self) -> int | None:
+        """The server's main pid now (None when it does not run)."""
+        ...
+
+    @property
     def own_pids(self) -> set[int]:
         """PIDs the server's processes have had (never foreign holders of a device)."""
         ...

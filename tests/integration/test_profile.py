@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 from click.testing import CliRunner
 
@@ -37,7 +39,11 @@ class Server:
         self.log = host.root / f"server-{port}.out"
         with self.log.open("w") as out:
             self.proc = subprocess.Popen(
-                argv, env={**os.environ, **host.env(), **env}, stdout=out, stderr=out
+                argv,
+                env={**os.environ, **host.env(), **env},
+                stdout=out,
+                stderr=out,
+                start_new_session=True,
             )
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline and self.proc.poll() is None:
@@ -49,14 +55,24 @@ class Server:
             time.sleep(0.05)
         raise AssertionError(f"fake server not healthy:\n{self.log.read_text()}")
 
+    def npu_pid(self) -> int:
+        """The process that runs on the card (the engine core with one rank): msprof's target."""
+        for child in psutil.Process(self.proc.pid).children(recursive=True):
+            if child.cmdline()[:1] == ["VLLM::EngineCore"]:
+                return child.pid
+        raise AssertionError("no VLLM::EngineCore child")
+
     def close(self) -> None:
-        self.proc.kill()
+        os.killpg(self.proc.pid, signal.SIGKILL)  # the engine core too
         self.proc.wait()
 
 
 @pytest.fixture(scope="module")
 def host(tmp_path_factory: pytest.TempPathFactory) -> SimHost:
-    return SimHost.create(tmp_path_factory.mktemp("profile") / "host", load_seconds=0.1)
+    # the newest release: --profiler-config (0.11 knows only VLLM_TORCH_PROFILER_DIR)
+    return SimHost.create(
+        tmp_path_factory.mktemp("profile") / "host", load_seconds=0.1, vllm_version="0.23"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +141,7 @@ def test_msprof_mode_attaches_to_a_dynamic_server(
     server, _ = profiled
     state = tmp_path / "state"
     code, out = run(
-        "--mode", "msprof", "--pid", str(server.proc.pid),
+        "--mode", "msprof", "--pid", str(server.npu_pid()),
         "--msprof", str(host.bin_dir / "msprof"), "--state-dir", str(state),
     )  # fmt: skip
     assert code == 0, out
@@ -143,7 +159,7 @@ def test_auto_picks_torch_when_start_profile_answers(
     server, prof = profiled
     state, out_dir = tmp_path / "state", tmp_path / "copy"
     code, out = run(
-        "--url", server.url, "--profiler-dir", str(prof), "--pid", str(server.proc.pid),
+        "--url", server.url, "--profiler-dir", str(prof), "--pid", str(server.npu_pid()),
         "--msprof", str(host.bin_dir / "msprof"), "-o", str(out_dir), "--state-dir", str(state),
     )  # fmt: skip
     assert code == 0, out
@@ -162,7 +178,7 @@ def test_auto_explains_why_nothing_is_available(plain: Server, tmp_path: Path) -
 
 def test_msprof_mode_refusal_is_one_line(plain: Server, host: SimHost) -> None:
     code, out = run(
-        "--mode", "msprof", "--pid", str(plain.proc.pid), "--msprof", str(host.bin_dir / "msprof")
+        "--mode", "msprof", "--pid", str(plain.npu_pid()), "--msprof", str(host.bin_dir / "msprof")
     )
     assert code != 0
     assert "PROFILING_MODE=dynamic" in out and len(out.strip().splitlines()) == 1
@@ -199,3 +215,23 @@ def test_a_capture_of_a_tp2_server_names_the_slow_rank(host: SimHost, tmp_path: 
     assert isinstance(analysis, dict) and analysis["slow_rank"] == 1
     assert "rank 1 is the slow rank" in str(analysis["headline"])
     assert "hcom_allReduce" in out and "<- slow" in out
+
+
+def test_a_stuck_engine_is_not_profiled(tmp_path: Path) -> None:
+    """/start_profile waits on the engine's busy loop: a stuck step would hang the capture."""
+    stuck_host = SimHost.create(tmp_path / "host", load_seconds=0.1, vllm_version="0.23")
+    stuck_host.set_quirk("hang", "once")
+    prof = tmp_path / "prof"
+    cfg = json.dumps({"profiler": "torch", "torch_profiler_dir": str(prof)})
+    server = Server(stuck_host, ["--profiler-config", cfg], {})
+    try:
+        with pytest.raises(httpx.TimeoutException):
+            httpx.post(f"{server.url}/v1/completions", json={"prompt": "x"}, timeout=0.5)
+        started = time.monotonic()
+        code, out = run("--mode", "torch", "--url", server.url, "--profiler-dir", str(prof))
+        assert code != 0
+        assert "generated no token" in out and "stuck step" in out
+        assert time.monotonic() - started < 10
+        assert not prof.exists() or not list(prof.glob("*_ascend_pt"))
+    finally:
+        server.close()
