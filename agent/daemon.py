@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import shutil
 import time
 import zlib
 from collections.abc import Mapping, Sequence
@@ -30,12 +29,13 @@ from ascend_doctor.agent.logwatch import LogWatch, log_sources
 from ascend_doctor.agent.profiling import ServerProfiler
 from ascend_doctor.agent.remediation import Context, HostTools, Remediator, StepResult
 from ascend_doctor.agent.requests import RequestRunner
-from ascend_doctor.agent.server import ServerHandle
-from ascend_doctor.agent.server_version import learn_version, probe_version
-from ascend_doctor.agent.supervisor import ExitDecision, Supervisor, http_probe
+from ascend_doctor.agent.server import ServerHandle, build_process
+from ascend_doctor.agent.server_version import VersionWatch
+from ascend_doctor.agent.supervisor import ExitDecision, Supervisor
 from ascend_doctor.agent.telemetry import Telemetry
 from ascend_doctor.agent.verify import Verifier
 from ascend_doctor.collectors import CollectorContext
+from ascend_doctor.collectors.npu_smi import npu_smi_binary
 from ascend_doctor.core.config import Config
 from ascend_doctor.core.events import Finding, ProcessEvent, ProcessState, Sample
 from ascend_doctor.core.launch import LaunchSpec, server_spec
@@ -132,9 +132,8 @@ class Daemon:
             self.incidents, config.remediation, self.remediator.record, lambda: self.server_url
         )
         self.collectors = self._collectors()
+        self.versions = VersionWatch(self.store, lambda: self.server_url, config.profiling.enabled)
         self._stop = asyncio.Event()
-        self._version_task: asyncio.Future[None] | None = None
-        """The running server's ``/version`` read (kept so it is not collected mid-flight)."""
         self._verify_wanted = asyncio.Event()
         self._run_start = 0.0  # wall time the server last became RUNNING
         self._started = time.time()
@@ -190,30 +189,19 @@ class Daemon:
         return env
 
     def _npu_smi_binary(self) -> str:
-        path = self.config.collectors.npu_smi.path
-        return shutil.which(path, path=self._server_env().get("PATH")) or path
+        return npu_smi_binary(self.config.collectors.npu_smi.path, self._server_env())
 
     def _process(self) -> Supervisor | AttachedServer | None:
-        if self.attach is not None:
-            return AttachedServer(
-                self.attach,
-                self.config.server,
-                probe=http_probe(self.server_url),
-                on_change=self._on_change,
-                on_exit=self._on_exit,
-                command_timeout=self.config.remediation.command_timeout,
-            )
-        if self.base_spec is not None:
-            return Supervisor(
-                self.effective_spec,
-                self.config.server,
-                self.log_path,
-                probe=http_probe(self.server_url),
-                on_change=self._on_change,
-                on_exit=self._on_exit,
-                base_env=self.base_env,
-            )
-        return None
+        return build_process(
+            self.config,
+            attach=self.attach,
+            spec=self.effective_spec if self.base_spec is not None else None,
+            url=self.server_url,
+            log_path=self.log_path,
+            on_change=self._on_change,
+            on_exit=self._on_exit,
+            base_env=self.base_env,
+        )
 
     def _collectors(self) -> list[CollectorRunner]:
         cfg = self.config.collectors
@@ -276,8 +264,7 @@ class Daemon:
         sup_task = None
         if process is not None:
             if isinstance(process, Supervisor):
-                if self.config.profiling.enabled and self.base_spec is not None:
-                    await probe_version(self.store, self.base_spec, self._server_env())
+                await self.versions.before_start(self.base_spec, self._server_env())
                 process.start()  # an attached server runs already
             sup_task = asyncio.create_task(process.run(), name="supervisor")
             sup_task.add_done_callback(lambda _: self._stop.set())
@@ -339,10 +326,7 @@ class Daemon:
         if event.state == ProcessState.RUNNING:
             self._run_start = event.at
             self._verify_wanted.set()
-            if self.config.profiling.enabled:
-                self._version_task = asyncio.ensure_future(
-                    learn_version(self.store, self.server_url)
-                )
+            self.versions.running()
         self.store.add_process_event(event)
         self.store.set_server(
             ServerStatus(

@@ -11,7 +11,7 @@ import os
 import re
 import signal
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import httpx
 
@@ -71,4 +71,25 @@ async def learn_version(store: Store, url: str) -> None:
         log.info("the server runs vLLM %s; the profiler follows from its next start", version)
 
 
-__all__ = ["VERSION_PROBE_TIMEOUT", "learn_version", "probe_version"]
+class VersionWatch:
+    """Learns the server's release: before its first start and each time it comes up."""
+
+    def __init__(self, store: Store, url: Callable[[], str], enabled: bool) -> None:
+        self.store = store
+        self._url = url
+        self.enabled = enabled
+        """Only profiling needs the release (today): off, nothing runs."""
+        self._task: asyncio.Future[None] | None = None  # kept so it is not collected mid-read
+
+    async def before_start(self, spec: LaunchSpec | None, env: Mapping[str, str]) -> None:
+        """``vllm --version`` of the command about to be started."""
+        if self.enabled and spec is not None:
+            await probe_version(self.store, spec, env)
+
+    def running(self) -> None:
+        """The server answers: read its ``/version`` in the background."""
+        if self.enabled:
+            self._task = asyncio.ensure_future(learn_version(self.store, self._url()))
+
+
+__all__ = ["VERSION_PROBE_TIMEOUT", "VersionWatch", "learn_version", "probe_version"]

@@ -13,7 +13,6 @@ from pathlib import Path
 import click
 import httpx
 
-from ascend_doctor.agent.holders import npu_process
 from ascend_doctor.agent.profiling import (
     MODES,
     TORCH_KIND,
@@ -28,6 +27,7 @@ from ascend_doctor.agent.profiling import (
 )
 from ascend_doctor.collectors.profiling import analyze, render_text
 from ascend_doctor.core.errors import DoctorError
+from ascend_doctor.core.procs import npu_process
 from ascend_doctor.core.records import Artifact
 from ascend_doctor.core.store import Store
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -66,6 +67,11 @@ def _kill_group(pgid: int) -> None:
     # group also stops helpers it forked, which would otherwise hold our pipes open.
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
+
+
+def npu_smi_binary(path: str, env: Mapping[str, str]) -> str:
+    """The npu-smi binary as the server's ``PATH`` finds it (``path`` itself otherwise)."""
+    return shutil.which(path, path=env.get("PATH")) or path
 
 
 async def run_npu_smi(
@@ -257,6 +263,7 @@ __all__ = [
     "NpuSmiResult",
     "ResetResult",
     "dcmi_error",
+    "npu_smi_binary",
     "parse_info",
     "parse_pairs",
     "parse_reset",

@@ -72,10 +72,15 @@ def _slow(state: dict[str, Any]) -> Slow | None:
 
 
 def _timelines(
-    pid: int, start: float, end: float, device: int, tokens: int | None
+    pid: int,
+    start: float,
+    end: float,
+    device: int,
+    tokens: int | None,
+    devices: list[int] | None = None,
 ) -> list[RankTimeline]:
     state = _state()
-    devices = _devices(state, pid, device)
+    devices = devices or _devices(state, pid, device)
     steps, gap = steps_for((end - start) * 1e6, tokens)
     if tokens == 0:
         steps = 0  # an idle server: the NPU ran nothing in the window
@@ -156,18 +161,27 @@ def write_ascend_pt(
     device: int = 0,
     *,
     tokens: int | None = None,
+    rank: int | None = None,
+    devices: list[int] | None = None,
 ) -> Path:
-    """Write one torch_npu capture per rank of ``[start, end]`` under ``root``.
+    """Write torch_npu's capture of ``[start, end]`` under ``root``.
 
-    ``tokens`` generated in the window shapes the split (None: a server under load). The
-    ranks are the devices the host state lists for ``pid``; a ``profile_slow`` entry in the
-    host state slows one rank's operator or collective. Returns rank 0's directory.
+    ``tokens`` generated in the window shapes the split (None: a server under load). With
+    ``rank`` and ``devices`` (a TP worker, as vLLM's workers each run their own profiler) only
+    that rank's directory is written, named by the worker's ``pid``; the ranks run in lockstep
+    on ``devices``. Without them, one directory per device the host state lists for ``pid``.
+    A ``profile_slow`` entry in the host state slows one rank's operator or collective.
+    Returns the first directory written.
     """
     stamp = datetime.fromtimestamp(start).strftime("%Y%m%d%H%M%S%f")[:-3]
-    timelines = _timelines(pid, start, end, device, tokens)
+    timelines = _timelines(pid, start, end, device, tokens, devices)
+    world = len(timelines)
+    if rank is not None:
+        timelines = [rt for rt in timelines if rt.rank == rank]
     tops = []
     for rt in timelines:
-        worker = pid + rt.rank  # rank 0 is the server's own pid; the others stand for workers
+        # one process per rank: a worker's own pid; else rank 0 is pid, the others stand in
+        worker = pid if rank is not None else pid + rt.rank
         top = root / f"{socket.gethostname()}_{worker}_{stamp}_ascend_pt"
         out = top / "ASCEND_PROFILER_OUTPUT"
         out.mkdir(parents=True, exist_ok=True)
@@ -175,7 +189,7 @@ def write_ascend_pt(
             "kernel_details.csv": pf.kernel_rows(rt, pf.KERNEL_HEADER),
             "operator_details.csv": _operator_csv(rt),
             "op_statistic.csv": pf.op_statistic(rt),
-            "trace_view.json": pf.dump_trace(pf.trace(rt, worker, len(timelines) == 1)),
+            "trace_view.json": pf.dump_trace(pf.trace(rt, worker, world == 1)),
         }
         if rt.steps:
             files["step_trace_time.csv"] = pf.step_trace_time(rt)
@@ -187,7 +201,7 @@ def write_ascend_pt(
         (top / f"profiler_info_{rt.rank}.json").write_text(
             json.dumps(_profiler_info(rt.rank, start, end), indent=4)
         )
-        (top / "profiler_metadata.json").write_text(json.dumps(_metadata(len(timelines))))
+        (top / "profiler_metadata.json").write_text(json.dumps(_metadata(world)))
         tops.append(top)
     return tops[0]
 

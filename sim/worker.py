@@ -323,5 +323,13 @@ class Worker:
         ended = time.time()
         # torch_npu analyses the raw data before the call returns (minutes on a real trace).
         self.stop.wait(self._setting("profile_parse_seconds", 1.0))
-        top = write_ascend_pt(root, self.pid, began, ended, self.device)
+        top = write_ascend_pt(
+            root,
+            self.pid,
+            began,
+            ended,
+            self.device,
+            rank=self.rank,
+            devices=list(self.cfg.devices[: self.cfg.tensor_parallel_size]) or [self.device],
+        )
         self.out.log("INFO", "profiler.py:112", f"Profiling data is saved in {top}")

@@ -3,12 +3,12 @@ watched server (through :class:`ServerSide`) and the host's tools."""
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from ascend_doctor.collectors.npu_smi import npu_smi_binary
 from ascend_doctor.core.config import RemediationConfig
 from ascend_doctor.core.events import Outcome
 from ascend_doctor.core.launch import LaunchSpec
@@ -101,8 +101,7 @@ class Context:
 
     def npu_smi(self) -> str:
         """The npu-smi binary as the server's PATH finds it."""
-        path = self.server.base_env.get("PATH")
-        return shutil.which(self.host.npu_smi, path=path) or self.host.npu_smi
+        return npu_smi_binary(self.host.npu_smi, self.server.base_env)
 
     def devices(self) -> list[int]:
         """The NPUs the server uses (``ASCEND_RT_VISIBLE_DEVICES``), [] when unknown."""

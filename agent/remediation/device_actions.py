@@ -10,11 +10,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ascend_doctor.agent.holders import alive, descendants, is_own
 from ascend_doctor.agent.remediation.context import Context, Done, Evidence
 from ascend_doctor.agent.remediation.launch_actions import to_int
 from ascend_doctor.core.errors import CollectorError
 from ascend_doctor.core.events import Incident, Outcome
+from ascend_doctor.core.procs import descendants, is_own, pid_alive
 from ascend_doctor.core.records import encode
 
 log = logging.getLogger(__name__)
@@ -159,7 +159,7 @@ async def reset_device(ctx: Context, inc: Incident, params: dict[str, Any], ev: 
             return Done(Outcome.FAILED, f"cannot read the process table before a reset: {exc}", p)
         scope = sorted({d.npu for d in info.devices} | {device})
         held = [pr for pr in info.processes if pr.npu in scope]
-        foreign = [pr for pr in held if alive(pr.pid) and not is_own(pr.pid, own)]
+        foreign = [pr for pr in held if pid_alive(pr.pid) and not is_own(pr.pid, own)]
         if foreign:
             p["holders"] = [h.pid for h in foreign]
             on_it = [h for h in foreign if h.npu == device]

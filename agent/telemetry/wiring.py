@@ -21,7 +21,6 @@ from ascend_doctor.agent.telemetry.export import (
     resolve_endpoint,
     span_exporter,
 )
-from ascend_doctor.agent.telemetry.http import HttpServer, Request, Response, parse_address
 from ascend_doctor.agent.telemetry.incident_traces import FixedIds, IncidentTracer
 from ascend_doctor.agent.telemetry.lifecycle import LifecycleTracer
 from ascend_doctor.agent.telemetry.metrics import DoctorMetrics
@@ -29,6 +28,7 @@ from ascend_doctor.agent.telemetry.receiver import Receiver, summary
 from ascend_doctor.agent.telemetry.resource import build_resource
 from ascend_doctor.core.config import Config
 from ascend_doctor.core.events import ActionResult, Finding, Incident, ProcessEvent, Sample
+from ascend_doctor.core.httpd import HttpServer, Request, Response, parse_address
 from ascend_doctor.core.store import Store, StoreListener
 
 log = logging.getLogger(__name__)

@@ -129,8 +129,10 @@ def test_hang_with_health_200_is_detected_from_metrics_and_restarted(
     assert inc["state"] == "resolved"
     names = [(a["name"], a["outcome"]) for a in inc["actions"]]
     assert ("collect_diagnostics", "ok") in names and ("restart", "ok") in names
-    # the demo runs with profiling on: the profile before the restart is taken and analysed
-    assert ("capture_profile", "ok") in names
+    # the demo runs with profiling on, but vLLM routes /start_profile through the engine's busy
+    # loop: a stuck step would block it, so the doctor declines the capture and still restarts
+    (capture,) = [a for a in inc["actions"] if a["name"] == "capture_profile"]
+    assert capture["outcome"] == "failed" and "stuck step" in capture["reason"]
     assert names[-1] == ("verify", "ok")
 
 
@@ -157,8 +159,10 @@ def test_crash_loop_escalates_after_its_only_step(tmp_path: Path, version: str) 
     assert "server    STOPPED  staying stopped" in result.stdout
 
 
-def test_slow_decode_captures_a_profile_that_names_the_slow_rank(tmp_path: Path) -> None:
-    result, state = run_scenario(tmp_path, "slow-decode")
+def test_slow_decode_captures_a_profile_that_names_the_slow_rank(
+    tmp_path: Path, version: str
+) -> None:
+    result, state = run_scenario(tmp_path, "slow-decode", version)
     assert result.returncode == 0, result.stdout + result.stderr
     inc = only(incidents(state), "performance_regression")
     assert inc["rule"] == "vllm-latency-regression" and inc["state"] == "escalated"

@@ -6,7 +6,8 @@ import os
 import subprocess
 import sys
 
-from ascend_doctor.agent.holders import alive, descendants, is_own, npu_process
+from ascend_doctor.core.procs import descendants, is_own, npu_process
+from ascend_doctor.core.procs import pid_alive as alive
 
 
 def test_children_and_group_members_are_the_servers_own() -> None:

@@ -47,8 +47,8 @@ def test_health_url() -> None:
 
 
 def test_profiler_switch_follows_the_release(tmp_path: Path) -> None:
-    from ascend_doctor.core.launch import profiler_flag, server_spec, version_probe
     from ascend_doctor.core.config import ProfilingConfig
+    from ascend_doctor.core.launch import profiler_flag, server_spec, version_probe
 
     assert [profiler_flag(v) for v in (None, "", "0.11.0", "0.12.0", "0.13.0", "v0.23.0")] == [
         False, False, False, False, True, True,
