@@ -114,7 +114,7 @@ class AttachedServer:
         self.dying = False  # its output is not ours to read as it happens
         self._restart_reason = ""
         self._shutdown = False
-        self._failures = 0
+        self.probe_failures = 0
         self.restarts = 0
 
     @property
@@ -166,7 +166,7 @@ class AttachedServer:
                 await self._down(f"pid {old} exited", old)
                 return
         if await self._probe():
-            self._failures = 0
+            self.probe_failures = 0
             if self.pid is None:
                 self.pid = listening_pid(self.attach.port)
             if self.state != ProcessState.RUNNING:
@@ -174,9 +174,9 @@ class AttachedServer:
             return
         if self.state != ProcessState.RUNNING:
             return  # still starting (or already known down): nothing new
-        self._failures += 1
-        if self._failures >= self.config.probe_failures:
-            await self._down(f"/health failed {self._failures} times in a row", self.pid)
+        self.probe_failures += 1
+        if self.probe_failures >= self.config.probe_failures:
+            await self._down(f"/health failed {self.probe_failures} times in a row", self.pid)
 
     async def _down(self, why: str, pid: int | None) -> None:
         """The server went away: decide with the daemon, restart only through the command."""
@@ -223,7 +223,7 @@ class AttachedServer:
             if await self._probe():
                 self.pid = self.attach.pid if pid_alive(self.attach.pid) else None
                 self.pid = self.pid or listening_pid(self.attach.port)
-                self._failures = 0
+                self.probe_failures = 0
                 self._change(ProcessState.RUNNING, "healthy after the restart command")
                 return
             await self._sleep(self.config.health_interval)

@@ -25,9 +25,9 @@ from ascend_doctor.agent.attach import AttachedServer, AttachSpec, process_spec
 from ascend_doctor.agent.collection import CollectorRunner, build_runners
 from ascend_doctor.agent.decider import Decider
 from ascend_doctor.agent.incidents import IncidentManager
-from ascend_doctor.agent.logwatch import LogWatch, log_sources
+from ascend_doctor.agent.logwatch import LogWatch
 from ascend_doctor.agent.profiling import ServerProfiler
-from ascend_doctor.agent.remediation import Context, HostTools, Remediator, StepResult
+from ascend_doctor.agent.remediation import Context, HostTools, Remediator, StepResult, corroborate
 from ascend_doctor.agent.requests import RequestRunner
 from ascend_doctor.agent.server import ServerHandle, build_process
 from ascend_doctor.agent.server_version import VersionWatch
@@ -35,6 +35,7 @@ from ascend_doctor.agent.supervisor import ExitDecision, Supervisor
 from ascend_doctor.agent.telemetry import Telemetry
 from ascend_doctor.agent.verify import Verifier
 from ascend_doctor.collectors import CollectorContext
+from ascend_doctor.collectors.log_files import log_sources
 from ascend_doctor.collectors.npu_smi import npu_smi_binary
 from ascend_doctor.core.config import Config
 from ascend_doctor.core.events import Finding, ProcessEvent, ProcessState, Sample
@@ -95,6 +96,8 @@ class Daemon:
         )
         self.store.listeners.append(self.telemetry)
         self.server = ServerHandle(self._process(), self.effective_spec, self._server_env())
+        sampled = frozenset(r.id for r in rules.thresholds)
+        self.alerts.may_page = corroborate.pages(lambda: self.server.healthy, sampled)
         self.profiler = ServerProfiler(
             self.store, config.profiling, lambda: self.server_url if spec else "", self.torch_dir
         )

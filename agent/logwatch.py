@@ -11,8 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
-from pathlib import Path
+from collections.abc import Callable
 
 from ascend_doctor.collectors.logs import (
     Checkpoint,
@@ -20,7 +19,6 @@ from ascend_doctor.collectors.logs import (
     Source,
     Tailer,
     Waker,
-    source_kind,
 )
 from ascend_doctor.core.config import LogsConfig
 from ascend_doctor.core.events import Finding, LogChunk
@@ -49,30 +47,6 @@ class StoreCheckpoints(Checkpoints):
 
     def put(self, items: list[tuple[str, str, Checkpoint]]) -> None:
         self.store.set_offsets([(i, p, c.offset, c.head, c.file_id) for i, p, c in items])
-
-
-def cann_log_root(env: Mapping[str, str]) -> Path:
-    """Where CANN writes plogs for a process with this environment (FORMATS.md section 1)."""
-    for var in ("ASCEND_PROCESS_LOG_PATH", "ASCEND_WORK_PATH"):
-        if env.get(var):
-            root = Path(env[var])
-            return root if var == "ASCEND_PROCESS_LOG_PATH" else root / "log"
-    return Path(env.get("HOME", str(Path.home()))) / "ascend" / "log"
-
-
-def log_sources(
-    config: LogsConfig, server_log: Path | None, env: Mapping[str, str]
-) -> list[Source]:
-    """What to follow: the server's output, its CANN log tree, the configured globs."""
-    sources = [Source(str(server_log), "server")] if server_log is not None else []
-    if config.cann:
-        root = cann_log_root(env)
-        for level in ("debug", "run"):
-            sources.append(Source(str(root / level / "plog" / "*.log"), "plog"))
-            sources.append(Source(str(root / level / "device-*" / "*.log"), "device"))
-    for pattern in config.paths:
-        sources.append(Source(pattern, source_kind(pattern)))
-    return sources
 
 
 class LogWatch:
@@ -167,4 +141,4 @@ class LogWatch:
         self.tailer.close()
 
 
-__all__ = ["TAILER_STARTED", "LogWatch", "StoreCheckpoints", "cann_log_root", "log_sources"]
+__all__ = ["TAILER_STARTED", "LogWatch", "StoreCheckpoints"]

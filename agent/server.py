@@ -21,6 +21,7 @@ class ServerProcess(Protocol):
     state: ProcessState
     pid: int | None
     fatal_reason: str
+    probe_failures: int
 
     @property
     def dying(self) -> bool:
@@ -102,6 +103,13 @@ class ServerHandle:
     def dying(self) -> bool:
         """It announced its death and has not exited yet."""
         return self.process is not None and self.process.dying
+
+    @property
+    def healthy(self) -> bool:
+        """Running, and its last /health probe answered 200 (an engine-death line is text:
+        it does not count against this)."""
+        p = self.process
+        return p is not None and p.state == ProcessState.RUNNING and p.probe_failures == 0
 
     def spec(self) -> LaunchSpec:
         """Its effective launch spec."""

@@ -26,6 +26,7 @@ import httpx
 from ascend_doctor.core.config import ServerConfig
 from ascend_doctor.core.events import ProcessEvent, ProcessState
 from ascend_doctor.core.launch import LaunchSpec
+from ascend_doctor.rules.parse import is_request_log
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +106,7 @@ class Supervisor:
         self.state = ProcessState.STOPPED
         self.pid: int | None = None
         self.failures = 0  # consecutive starts that never reached RUNNING
+        self.probe_failures = 0  # consecutive failed /health probes while RUNNING
         self.fatal_reason = ""
         self._want_running = False
         self._shutdown = False
@@ -275,17 +277,19 @@ class Supervisor:
         return False
 
     async def _watch_running(self, proc: asyncio.subprocess.Process) -> None:
-        misses = 0
+        self.probe_failures = 0
         while proc.returncode is None and not self._stop_requested.is_set():
             await self._wait_any(proc, self.config.probe_interval)
             if proc.returncode is not None or self._stop_requested.is_set():
                 return
             if await self._probe():
-                misses = 0
+                self.probe_failures = 0
                 continue
-            misses += 1
-            if misses >= self.config.probe_failures:
-                log.error("server failed %d health probes in a row; restarting it", misses)
+            self.probe_failures += 1
+            if self.probe_failures >= self.config.probe_failures:
+                log.error(
+                    "server failed %d health probes in a row; restarting it", self.probe_failures
+                )
                 return
 
     async def _wait_any(self, proc: asyncio.subprocess.Process, seconds: float) -> None:
@@ -322,8 +326,7 @@ class Supervisor:
     async def _pump(self, stream: asyncio.StreamReader) -> None:
         """Tee the server's output to its log file (and the terminal); watch for crash lines."""
         markers = [m.encode() for m in self.config.crash_markers]
-        keep = max((len(m) for m in markers), default=0)
-        tail = b""
+        partial = b""
         with open(self.log_path, "ab") as out:
             echo: BinaryIO | None = sys.stdout.buffer if self.config.echo else None
             while data := await stream.read(READ_SIZE):
@@ -333,10 +336,15 @@ class Supervisor:
                     with contextlib.suppress(OSError, ValueError):
                         echo.write(data)
                         echo.flush()
-                window = tail + data
-                if not self._marker_seen and any(m in window for m in markers):
-                    self._marker_seen = True
-                tail = window[-keep:] if keep else b""
+                # whole lines only, and never a request-log line: a prompt that quotes
+                # "EngineDeadError" must not make a healthy server look like it is dying
+                lines, _, partial = (partial + data).rpartition(b"\n")
+                partial = partial[-READ_SIZE:]
+                if not self._marker_seen and any(m in lines for m in markers):
+                    self._marker_seen = any(
+                        any(m in line for m in markers) and not is_request_log(line)
+                        for line in lines.split(b"\n")
+                    )
 
     def _change_state(
         self,

@@ -10,10 +10,12 @@ import logging
 import os
 import re
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO, BinaryIO, TypeVar
 
+from ascend_doctor.core.config import LogsConfig
 from ascend_doctor.core.events import LogChunk
 
 log = logging.getLogger(__name__)
@@ -220,6 +222,30 @@ def source_kind(path: str) -> str:
     return "server"
 
 
+def cann_log_root(env: Mapping[str, str]) -> Path:
+    """Where CANN writes plogs for a process with this environment (FORMATS.md section 1)."""
+    for var in ("ASCEND_PROCESS_LOG_PATH", "ASCEND_WORK_PATH"):
+        if env.get(var):
+            root = Path(env[var])
+            return root if var == "ASCEND_PROCESS_LOG_PATH" else root / "log"
+    return Path(env.get("HOME", str(Path.home()))) / "ascend" / "log"
+
+
+def log_sources(
+    config: LogsConfig, server_log: Path | None, env: Mapping[str, str]
+) -> list[Source]:
+    """What to follow: the server's output, its CANN log tree, the configured globs."""
+    sources = [Source(str(server_log), "server")] if server_log is not None else []
+    if config.cann:
+        root = cann_log_root(env)
+        for level in ("debug", "run"):
+            sources.append(Source(str(root / level / "plog" / "*.log"), "plog"))
+            sources.append(Source(str(root / level / "device-*" / "*.log"), "device"))
+    for pattern in config.paths:
+        sources.append(Source(pattern, source_kind(pattern)))
+    return sources
+
+
 def is_glob(pattern: str) -> bool:
     return any(c in pattern for c in "*?[")
 
@@ -307,6 +333,7 @@ __all__ = [
     "Tracked",
     "as_pair",
     "bound",
+    "cann_log_root",
     "checksum",
     "close",
     "cut_long_lines",
@@ -316,6 +343,7 @@ __all__ = [
     "head_fd",
     "head_of",
     "is_glob",
+    "log_sources",
     "lookback",
     "name_of",
     "read_chunks",

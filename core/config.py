@@ -160,6 +160,10 @@ class RemediationConfig:
     the supervisor's backoff instead); a step that meets a cooldown waits for it."""
     reset_cooldown: float = 600.0
     """Seconds between two device resets on this host."""
+    corroboration_window: float = 300.0
+    """Seconds an incident resting on log text alone, while the server is running and
+    healthy, waits for an independent signal (exit, failed /health, npu-smi, metrics) before
+    it is closed with nothing done; text alone never disrupts a healthy server."""
     on_escalation: str = "stop"
     """What happens to a server whose failure went to a human: ``stop`` leaves it stopped
     (no more restarts until an operator acts), ``keep`` goes on restarting it with backoff."""

@@ -81,10 +81,16 @@ _HEADERS: tuple[tuple[str, re.Pattern[bytes]], ...] = (
 _LEVELS = {b"E": "ERROR", b"W": "WARNING", b"I": "INFO", b"F": "CRITICAL", b"EVENT": "INFO"}
 
 REQUEST_LOG = re.compile(
-    rb"(?:Received request \S{1,200}: (?:prompt|params)|Generated response \S{1,200}: output"
+    rb"(?:Received request \S{1,200}: (?:prompt|params)|Received raw HTTP request \S{1,200}: "
+    rb"|Generated response \S{1,200}(?: \(streaming (?:delta|complete)\))?: output"
     rb"|Request \S{1,200} details: prompt)"
 )
-"""vLLM's request logger: prompts and outputs echoed back, never evidence of a failure."""
+"""vLLM's request logger (``vllm/entrypoints/logger.py``), every wording it has had: v0.4-0.11
+``Received request ID: prompt: %r, params: ...``; v0.12+ ``Received request ID: params: ...``
+with the prompt at DEBUG as ``Request ID details: prompt: %r``; ``Generated response ID:
+output: %r`` and, streaming, ``Generated response ID (streaming delta|complete): output:``;
+newest ``Received raw HTTP request ID: {json}``. Prompts, parameters and outputs echoed back:
+never evidence of a failure."""
 
 TRACEBACK = re.compile(rb"\s*Traceback \(most recent call last\):")
 EXCEPTION = re.compile(

@@ -19,6 +19,7 @@ class FakeServer:
     can_restart: bool = False
     own_pids: set[int] = field(default_factory=set)
     is_running: bool = False
+    healthy: bool = False
     stopped: list[str] = field(default_factory=list)
 
     def spec(self) -> LaunchSpec:

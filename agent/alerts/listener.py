@@ -87,6 +87,8 @@ class AlertListener(StoreListener):
         self.host = config.host or socket.gethostname()
         self.clock = clock
         self._explain: dict[str, str] = {}
+        self.may_page: Callable[[Incident], bool] = lambda incident: True
+        """Whether an incident's opening may page (not while it rests on text alone)."""
         if rules is not None:
             self._explain.update({r.id: r.explain for r in rules.text})
             self._explain.update({r.id: r.explain for r in rules.thresholds})
@@ -177,6 +179,9 @@ class AlertListener(StoreListener):
             self._resolve(incident)
             return
         targets = route(self.sinks, self.config.routes, incident, event)
+        if event == "opened" and not self.may_page(incident):
+            # text alone beside a healthy server: told, not paged, until something agrees
+            targets = [s for s in targets if s.role != "page"]
         if only_new:
             key = self.dedup_key(incident)
             targets = [

@@ -53,6 +53,11 @@ class ServerSide(Protocol):
         """The server's effective launch spec (base + overrides)."""
         ...
 
+    @property
+    def healthy(self) -> bool:
+        """Running, and its last ``/health`` probe answered 200."""
+        ...
+
     def running(self) -> bool:
         """Whether a server process exists."""
         ...

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ascend_doctor.agent.incidents import IncidentManager
+from ascend_doctor.agent.remediation import corroborate
 from ascend_doctor.agent.remediation.context import Context, Done, Evidence
 from ascend_doctor.agent.remediation.device_actions import failed_device, reset_command
 from ascend_doctor.agent.remediation.policy import Policy
@@ -68,6 +69,9 @@ class Remediator:
         if cfg.mode == "off":
             self._record(inc, "plan", Outcome.REFUSED, "remediation.mode is off", {})
             return StepResult(restart=False)
+        held = self._uncorroborated(inc)
+        if held is not None:
+            return held
         if inc.attempts >= cfg.max_attempts:
             return self._escalate(inc, f"{inc.attempts} attempts made (limit {cfg.max_attempts})")
         if inc.step >= len(steps):
@@ -258,6 +262,25 @@ class Remediator:
             if f.rule == inc.rule:
                 captures.update(f.captures)
         return Evidence(captures)
+
+    def _uncorroborated(self, inc: Incident) -> StepResult | None:
+        """Hold an incident that rests on text alone while the server is healthy (see
+        ``corroborate.py``); None when an independent signal lets it go on."""
+        device = failed_device(self.ctx, inc, {}, self._evidence(inc))
+        if corroborate.signal(self.ctx, inc, device) is not None:
+            return None
+        now, window = self.ctx.clock(), self.ctx.config.corroboration_window
+        left = corroborate.newest_text(self.ctx, inc) + window - now
+        why = "log text alone while the server is running and healthy (/health 200)"
+        if left <= 0:
+            why += f": no independent signal in {window:g}s, nothing done"
+            self._record(inc, corroborate.HOLD, Outcome.REFUSED, why, {})
+            self.incidents.resolve(inc.id, "uncorroborated: " + why)
+            return StepResult(restart=False)
+        if not any(a.name == corroborate.HOLD for a in self.ctx.store.actions(inc.id)[-1:]):
+            why += ": waiting for an exit, a failed /health, npu-smi or the metrics to agree"
+            self._record(inc, corroborate.HOLD, Outcome.REFUSED, why, {"window_s": window})
+        return StepResult(restart=False, retry_at=now + min(corroborate.POLL_S, left))
 
     def _escalate(self, inc: Incident, why: str) -> StepResult:
         self._record(inc, "escalate", Outcome.OK, why, {})

@@ -20,8 +20,8 @@ from ascend_doctor.agent.telemetry.export import (
     resolve_endpoint,
 )
 from ascend_doctor.agent.telemetry.lifecycle import parse_phases
-from ascend_doctor.agent.telemetry.records import to_otlp_json, to_otlp_proto
 from ascend_doctor.collectors.otlp import from_otlp_json, from_otlp_proto
+from ascend_doctor.collectors.otlp_records import to_otlp_json, to_otlp_proto
 from ascend_doctor.core.config import Config, TelemetryConfig
 from ascend_doctor.core.errors import ConfigError, TelemetryError
 from ascend_doctor.core.events import (
