@@ -42,6 +42,7 @@ from ascend_doctor.core.events import Finding, ProcessEvent, ProcessState, Sampl
 from ascend_doctor.core.launch import LaunchSpec, server_spec
 from ascend_doctor.core.procs import process_start
 from ascend_doctor.core.records import DoctorStatus, LaunchRecord, ProfilingSetup, ServerStatus
+from ascend_doctor.core.redact import redact
 from ascend_doctor.core.store import Store
 from ascend_doctor.rules import Engine, RuleSet
 
@@ -232,7 +233,9 @@ class Daemon:
                 self.store.set_profiling(
                     ProfilingSetup(str(self.torch_dir), self.server_url, prof.msprof)
                 )
-            self.store.set_launch(LaunchRecord(self.base_spec.argv, dict(self.base_spec.env)))
+            self.store.set_launch(
+                LaunchRecord(tuple(redact(list(self.base_spec.argv))), redact(self.base_spec.env))
+            )
         await self.telemetry.start()
         self.logs.start()
         # the doctor is watching from here on: readers (status, TUI, tests) may rely on it

@@ -75,6 +75,7 @@ class LogWatch:
             # nobody has seen was written while the doctor was away and is read whole
             first_start=store.meta(TAILER_STARTED) is None,
             max_line_bytes=config.max_line_bytes,
+            roots=config.follow_roots,
         )
         self._wake = asyncio.Event()
         self._waker: Waker | None = None

@@ -26,6 +26,7 @@ import httpx
 from ascend_doctor.core.config import ServerConfig
 from ascend_doctor.core.events import ProcessEvent, ProcessState
 from ascend_doctor.core.launch import LaunchSpec
+from ascend_doctor.core.safeio import open_private_append
 from ascend_doctor.rules.parse import is_request_log
 
 log = logging.getLogger(__name__)
@@ -327,7 +328,7 @@ class Supervisor:
         """Tee the server's output to its log file (and the terminal); watch for crash lines."""
         markers = [m.encode() for m in self.config.crash_markers]
         partial = b""
-        with open(self.log_path, "ab") as out:
+        with open_private_append(self.log_path) as out:  # prompts are in it: 0600
             echo: BinaryIO | None = sys.stdout.buffer if self.config.echo else None
             while data := await stream.read(READ_SIZE):
                 out.write(data)

@@ -37,7 +37,8 @@ import click
 from ascend_doctor import __version__
 from ascend_doctor.core.config_file import default_state_dir
 from ascend_doctor.core.errors import CollectorError, ConfigError, DoctorError
-from ascend_doctor.core.redact import REDACTED, is_secret, redact
+from ascend_doctor.core.redact import REDACTED, is_secret, redact, redact_text
+from ascend_doctor.core.safeio import open_regular
 from ascend_doctor.core.store import STORE_NAME, Store
 
 MB = 1024 * 1024
@@ -109,10 +110,12 @@ class Builder:
 
     def add_bytes(self, name: str, data: bytes, **info: Any) -> None:
         """Add a member from memory (always: store JSON, notes, versions)."""
+        # every member, whatever its source: vLLM prints its non-default args (--api-key)
+        data = redact_text(data)
         member = tarfile.TarInfo(f"{self.top}/{name}")
         member.size = len(data)
         member.mtime = int(time.time())
-        member.mode = 0o644
+        member.mode = 0o600
         self.tar.addfile(member, io.BytesIO(data))
         self.total += len(data)
         self.members.append({"name": name, "size": len(data), **info})
@@ -132,7 +135,7 @@ class Builder:
 
 def tail_bytes(path: Path, limit: int) -> tuple[bytes, int]:
     """The last ``limit`` bytes of ``path`` starting at a whole line, and the file's size."""
-    with open(path, "rb") as f:
+    with open_regular(path) as f:  # never a FIFO, never a link out of its directory
         size = os.fstat(f.fileno()).st_size
         if size <= limit:
             return f.read(), size
@@ -305,7 +308,7 @@ def add_artifacts(b: Builder, state_dir: Path, with_files: bool) -> None:
             b.skip(name, str(p), f"size limit: would pass --max-mb {b.max_bytes // MB}", size)
             continue
         try:
-            with open(p, "rb") as f:
+            with open_regular(p, [str(root)]) as f:
                 data = f.read(size)  # what stat saw, even if it grew since
         except OSError as exc:
             b.skip(name, str(p), f"unreadable: {exc.strerror or exc}")
@@ -347,6 +350,9 @@ def build_bundle(
     ]
     output.parent.mkdir(parents=True, exist_ok=True)
     partial = output.with_name(output.name + ".partial")
+    # 0600 before a byte is in it: the bundle holds log tails and the store
+    os.close(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600))
+    os.chmod(partial, 0o600)
     try:
         with tarfile.open(partial, "w:gz") as tar:
             b = Builder(tar, top, int(max_mb * MB), reserved=sum(len(d) for _, d in store))

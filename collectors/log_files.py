@@ -17,6 +17,7 @@ from typing import IO, BinaryIO, TypeVar
 
 from ascend_doctor.core.config import LogsConfig
 from ascend_doctor.core.events import LogChunk
+from ascend_doctor.core.safeio import FOLLOW_ROOTS, open_regular
 
 log = logging.getLogger(__name__)
 K = TypeVar("K")
@@ -164,13 +165,23 @@ def lookback(path: str, size: int, lookback_bytes: int) -> int:
     if start == 0:
         return 0
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             f.seek(start - 1)
             window = f.read(size - start + 1)
     except OSError:
         return size
     newline = window.find(b"\n")
     return size if newline < 0 else start + newline
+
+
+def source_roots(sources: Iterable[Source], extra: Iterable[str] = FOLLOW_ROOTS) -> list[str]:
+    """The log roots: the fixed directory of each source's path or glob, and ``extra``. A
+    file is read only when its real path lies under one (a symlink out of them is not)."""
+    roots = []
+    for src in sources:
+        fixed = re.split(r"[*?\[]", src.pattern, maxsplit=1)[0]
+        roots.append(fixed if fixed.endswith("/") else os.path.dirname(fixed) or ".")
+    return sorted({*roots, *extra})
 
 
 def watch_dirs(sources: Iterable[Source]) -> set[str]:
@@ -257,7 +268,7 @@ def checksum(data: bytes) -> str:
 def head_of(path: str, length: int) -> str | None:
     """``"<n>:<checksum>"`` of the first ``length`` bytes (fewer if the file is shorter)."""
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             return checksum(f.read(length))
     except OSError:
         return None
@@ -284,7 +295,7 @@ def generation(tracked: Tracked) -> str:
         if tracked.fh is not None:
             first = os.pread(tracked.fh.fileno(), FIRST_LINE_BYTES, 0)
         else:
-            with open(tracked.path, "rb") as f:
+            with open_regular(tracked.path) as f:
                 first = f.read(FIRST_LINE_BYTES)
     except OSError:
         pass
@@ -348,5 +359,6 @@ __all__ = [
     "name_of",
     "read_chunks",
     "source_kind",
+    "source_roots",
     "watch_dirs",
 ]

@@ -26,6 +26,7 @@ from __future__ import annotations
 import glob
 import logging
 import os
+import stat
 from collections import OrderedDict
 from collections.abc import Iterable
 
@@ -52,9 +53,11 @@ from ascend_doctor.collectors.log_files import (
     lookback,
     read_chunks,
     source_kind,
+    source_roots,
     watch_dirs,
 )
 from ascend_doctor.core.events import LogChunk
+from ascend_doctor.core.safeio import FOLLOW_ROOTS, open_regular
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +74,11 @@ class Tailer:
         lookback_bytes: int = 0,
         max_line_bytes: int = 262144,
         first_start: bool = True,
+        roots: Iterable[str] | None = None,
     ) -> None:
         self.sources = list(sources)
+        self.roots = source_roots(self.sources, FOLLOW_ROOTS if roots is None else roots)
+        """Where a followed file's real path must lie (a symlink out of them is not read)."""
         self.checkpoints = checkpoints
         self.read_from = read_from
         self.lookback_bytes = lookback_bytes
@@ -141,6 +147,10 @@ class Tailer:
         except OSError as exc:
             self._error(path, f"cannot stat: {exc.strerror}")
             return []
+        if not stat.S_ISREG(st.st_mode):
+            # a FIFO would block the daemon's one loop; a device or a socket is no log
+            self._error(path, "not a regular file: not read")
+            return []
         out: list[LogChunk] = []
         if (
             tracked is not None
@@ -176,7 +186,7 @@ class Tailer:
             return None
         identity = f"{st.st_dev}:{st.st_ino}"
         try:
-            fh = open(path, "rb")
+            fh = open_regular(path, self.roots)
             sniff = fh.read(SNIFF_BYTES)
         except OSError as exc:
             self._error(path, f"cannot open: {exc.strerror}")
@@ -268,7 +278,7 @@ class Tailer:
     def _read(self, tracked: Tracked) -> list[LogChunk]:
         if tracked.fh is None:
             try:
-                tracked.fh = open(tracked.path, "rb")
+                tracked.fh = open_regular(tracked.path, self.roots)
             except OSError as exc:
                 self._error(tracked.path, f"cannot open: {exc.strerror}")
                 return []

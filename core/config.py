@@ -50,6 +50,9 @@ class LogsConfig:
 
     paths: tuple[str, ...] = ()
     """Extra files or globs to follow (host logs, slog trees)."""
+    follow_roots: tuple[str, ...] = ("/var/log/pods",)
+    """Where a symlinked log may point besides the directories of the sources: a symlink to
+    anything else (``/etc/shadow``), and anything not a regular file (a FIFO), is not read."""
     cann: bool = True
     """Follow the CANN plog/device logs under the server's ASCEND_PROCESS_LOG_PATH."""
     poll_interval: float = 0.25

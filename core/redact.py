@@ -3,7 +3,10 @@ before anything is printed, stored, exported or bundled."""
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import Any, TypeVar
+
+T = TypeVar("T", str, bytes)
 
 REDACTED = "<redacted>"
 SECRET_WORDS = ("secret", "token", "key", "password", "url", "header")
@@ -35,7 +38,49 @@ def redact(value: Any) -> Any:
             else:
                 out.append(redact(item))
         return out
+    if isinstance(value, str):
+        return redact_text(value)
     return value
 
 
-__all__ = ["REDACTED", "SECRET_WORDS", "is_secret", "redact"]
+_WORD = r"(?:key|token|secret|passw(?:or)?d|credential)"
+_QUOTED = r"\1\2<redacted>\2"
+_TEXT = [
+    # --api-key X, --hf-token=X (argv echoed, ps output, a command line in a log)
+    (rf"(?i)(--[\w-]*{_WORD}[\w-]*(?:=|\s+))(?!<redacted>)[^\s'\",]+", r"\1<redacted>"),
+    # ["--api-key", "X"] (an argv as JSON or a Python list)
+    (
+        rf"(?i)(['\"]--[\w-]*{_WORD}[\w-]*['\"],\s*)(['\"])(?!<redacted>)[^'\"]*\2",
+        r"\1\2<redacted>\2",
+    ),
+    # 'api_key': 'X', "hf_token": "X", api_key='X' (vLLM's non-default args, a Namespace repr)
+    (
+        rf"(?i)(['\"]?\w*{_WORD}\w*['\"]?\s*[:=]\s*)(['\"])(?!<redacted>)[^'\"]*\2",
+        r"\1\2<redacted>\2",
+    ),
+    # HF_TOKEN=X, VLLM_API_KEY=X (an environment)
+    (rf"(?i)\b([A-Z0-9_]*{_WORD}[A-Z0-9_]*=)(?!<redacted>)[^\s'\",]+", r"\1<redacted>"),
+    # scheme://user:password@host
+    (r"(\b[a-zA-Z][\w+.-]*://[^\s/:@]+:)[^\s/@]+(@)", r"\1<redacted>\2"),
+    # Authorization: Bearer X
+    (r"(?i)(\bbearer\s+)[\w.~+/=-]+", r"\1<redacted>"),
+]
+_TEXT_STR = [(re.compile(p), r) for p, r in _TEXT]
+_TEXT_BYTES = [(re.compile(p.encode()), r.encode()) for p, r in _TEXT]
+
+
+def redact_text(text: T) -> T:
+    """``text`` (a log tail, a command line, a message) with secret values replaced: secret
+    ``--flags``, secret-named keys and env vars, passwords in URLs, bearer tokens."""
+    if isinstance(text, bytes):
+        out_b = text
+        for pb, rb in _TEXT_BYTES:
+            out_b = pb.sub(rb, out_b)
+        return out_b
+    out = text
+    for ps, rs in _TEXT_STR:
+        out = ps.sub(rs, out)
+    return out
+
+
+__all__ = ["REDACTED", "SECRET_WORDS", "is_secret", "redact", "redact_text"]

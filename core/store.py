@@ -11,10 +11,12 @@ alert outbox (``store_alerts``); the schema and its upgrades are ``store_schema`
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
 from pathlib import Path
 
 from ascend_doctor.core.errors import StoreError
+from ascend_doctor.core.safeio import private_dir
 from ascend_doctor.core.store_alerts import AlertRow, AlertsMixin, Silence
 from ascend_doctor.core.store_base import StoreListener
 from ascend_doctor.core.store_host import SAMPLES_KEPT, HostMixin
@@ -46,9 +48,12 @@ class Store(IncidentsMixin, RecordsMixin, HostMixin, SpansMixin, RequestsMixin, 
                     )
                 self._db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5.0)
             else:
-                path.parent.mkdir(parents=True, exist_ok=True)
+                private_dir(path.parent)  # the state dir: 0700, whatever the umask
                 self._db = sqlite3.connect(path, timeout=5.0, isolation_level=None)
                 self._db.execute("PRAGMA journal_mode=WAL")
+                for part in (path, *(path.with_name(path.name + x) for x in ("-wal", "-shm"))):
+                    if part.exists():
+                        os.chmod(part, 0o600)
                 self._db.execute("PRAGMA synchronous=NORMAL")
                 migrate(self._db)
         except sqlite3.Error as exc:

@@ -8,7 +8,7 @@ import json
 import sqlite3
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ascend_doctor.core.errors import StoreError
@@ -24,6 +24,7 @@ from ascend_doctor.core.events import (
     Role,
     Severity,
 )
+from ascend_doctor.core.redact import redact, redact_text
 from ascend_doctor.core.store_base import StoreBase
 
 Plan = tuple[tuple[PlannedAction, ...], ...]
@@ -195,7 +196,9 @@ class IncidentsMixin(StoreBase):
     # -- actions -----------------------------------------------------------------------------
 
     def add_action(self, incident_id: int, result: ActionResult) -> None:
-        """Record one remediation decision."""
+        """Record one remediation decision (secrets in its params and reason redacted, for
+        every reader and listener: spans, alerts, bundles)."""
+        result = replace(result, params=redact(result.params), reason=redact_text(result.reason))
         with self._tx() as db:
             db.execute(
                 "INSERT INTO actions (incident_id, name, params, outcome, reason, at)"

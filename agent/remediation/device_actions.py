@@ -16,6 +16,8 @@ from ascend_doctor.core.errors import CollectorError
 from ascend_doctor.core.events import Incident, Outcome
 from ascend_doctor.core.procs import descendants, is_own, pid_alive
 from ascend_doctor.core.records import encode
+from ascend_doctor.core.redact import redact_text
+from ascend_doctor.core.safeio import open_regular, private_dir, write_private
 
 log = logging.getLogger(__name__)
 
@@ -31,26 +33,26 @@ async def collect_diagnostics(
 
     if ctx.host.diagnostics_dir is None:
         return Done(Outcome.REFUSED, "no diagnostics directory configured")
-    out = ctx.host.diagnostics_dir / f"incident-{inc.id}-{int(ctx.clock())}"
-    out.mkdir(parents=True, exist_ok=True)
+    private_dir(ctx.host.diagnostics_dir)
+    out = private_dir(ctx.host.diagnostics_dir / f"incident-{inc.id}-{int(ctx.clock())}")
     files: list[str] = []
     binary = ctx.npu_smi()
     try:
         res = await run_npu_smi(binary, ["info"], timeout=ctx.host.npu_smi_timeout)
-        (out / "npu-smi-info.txt").write_text(res.stdout + res.stderr, encoding="utf-8")
+        write_private(out / "npu-smi-info.txt", (res.stdout + res.stderr).encode())
         files.append("npu-smi-info.txt")
     except CollectorError as exc:
-        (out / "npu-smi-info.txt").write_text(f"npu-smi failed: {exc}\n", encoding="utf-8")
+        write_private(out / "npu-smi-info.txt", f"npu-smi failed: {exc}\n".encode())
     for n, path in enumerate(ctx.host.log_paths()):
         try:
-            with open(path, "rb") as f:
+            with open_regular(path) as f:  # never a FIFO, never a link out of its dir
                 f.seek(0, 2)
                 f.seek(max(0, f.tell() - TAIL_BYTES))
                 tail = f.read()
         except OSError:
             continue
         name = f"tail-{n}-{Path(path).name}"
-        (out / name).write_bytes(tail)
+        write_private(out / name, redact_text(tail))
         files.append(name)
     return Done(Outcome.OK, f"snapshot in {out}", {"dir": str(out), "files": files})
 

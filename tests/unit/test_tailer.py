@@ -311,4 +311,4 @@ def test_unopenable_file_is_reported_with_path_and_reason(
     assert lines(t) == []
     assert t.stats.errors == 2  # tried again each pass, reported once
     reports = [r.getMessage() for r in caplog.records if "weird.log" in r.getMessage()]
-    assert reports == [f"{tmp_path / 'weird.log'}: cannot open: Is a directory; skipping it"]
+    assert reports == [f"{tmp_path / 'weird.log'}: not a regular file: not read; skipping it"]
