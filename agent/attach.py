@@ -165,7 +165,10 @@ class AttachedServer:
             if self.state == ProcessState.RUNNING:
                 await self._down(f"pid {old} exited", old)
                 return
-        if await self._probe():
+        ok = await self._probe()
+        if ok is None:
+            return  # the doctor could not ask: no news
+        if ok:
             self.probe_failures = 0
             if self.pid is None:
                 self.pid = listening_pid(self.attach.port)

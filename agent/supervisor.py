@@ -58,19 +58,24 @@ class Backoff:
         return float(min(self.cap, self.initial * self.factor ** max(0, failures - 1)))
 
 
-Probe = Callable[[], Awaitable[bool]]
+Probe = Callable[[], Awaitable[bool | None]]
+"""True: /health answered 200; False: it did not; None: the doctor could not ask (its own
+file descriptors or memory ran out): no news, never a reason to restart the server."""
 Sleep = Callable[[float], Coroutine[Any, Any, None]]
 
 
 def http_probe(base_url: str, timeout: float = 2.0) -> Probe:
     """A probe that is True when ``GET base_url/health`` answers 200."""
 
-    async def probe() -> bool:
+    async def probe() -> bool | None:
         try:
             async with httpx.AsyncClient(timeout=timeout, trust_env=False) as client:
                 return (await client.get(base_url + "/health")).status_code == 200
         except httpx.HTTPError:
             return False
+        except OSError as exc:  # EMFILE and the like: the doctor's trouble, not the server's
+            log.warning("health probe could not run: %s", exc)
+            return None
 
     return probe
 
@@ -283,7 +288,10 @@ class Supervisor:
             await self._wait_any(proc, self.config.probe_interval)
             if proc.returncode is not None or self._stop_requested.is_set():
                 return
-            if await self._probe():
+            ok = await self._probe()
+            if ok is None:
+                continue  # could not ask: no news
+            if ok:
                 self.probe_failures = 0
                 continue
             self.probe_failures += 1

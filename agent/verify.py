@@ -39,7 +39,7 @@ async def completion_probe(base_url: str, timeout: float) -> tuple[bool, str]:
                 return False, f"1-token completion answered {resp.status_code}"
             if not resp.json().get("choices"):
                 return False, "1-token completion answered without choices"
-    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
+    except (httpx.HTTPError, OSError, ValueError, KeyError, IndexError, TypeError) as exc:
         return False, f"1-token completion failed: {type(exc).__name__}: {exc}"
     return True, f"1-token completion in {time.monotonic() - t0:.2f}s"
 

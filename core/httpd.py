@@ -21,7 +21,13 @@ from ascend_doctor.core.errors import ConfigError, TelemetryError
 log = logging.getLogger(__name__)
 
 HEAD_LIMIT = 64 * 1024
-READ_TIMEOUT = 30.0
+READ_TIMEOUT = 10.0
+"""Seconds a client has to send a whole request (head and body) once it starts one."""
+IDLE_TIMEOUT = 30.0
+"""Seconds a kept-alive connection may wait for its next request."""
+MAX_CONNECTIONS = 64
+"""Open connections served at once; more are closed at once and counted: a local user holding
+a thousand half-sent requests must not take the doctor's file descriptors."""
 REASONS = {
     200: "OK",
     400: "Bad Request",
@@ -29,6 +35,7 @@ REASONS = {
     405: "Method Not Allowed",
     413: "Payload Too Large",
     415: "Unsupported Media Type",
+    429: "Too Many Requests",
     500: "Internal Server Error",
 }
 
@@ -84,9 +91,13 @@ class HttpServer:
         max_body: int,
         on_reject: Rejected = lambda reason: None,
         name: str = "http",
+        max_connections: int = MAX_CONNECTIONS,
+        read_timeout: float = READ_TIMEOUT,
     ) -> None:
         self.handler = handler
         self.max_body = max_body
+        self.max_connections = max_connections
+        self.read_timeout = read_timeout
         self.on_reject = on_reject
         self.name = name
         self.server: asyncio.Server | None = None
@@ -110,13 +121,23 @@ class HttpServer:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
+        if len(self._conns) >= self.max_connections:
+            self.on_reject("too_many_connections")
+            writer.transport.abort()  # no answer: answering could block on a slow reader
+            return
         if task is not None:
             self._conns.add(task)
         try:
             while True:
+                # the first byte may take the idle time, the rest of the request the read
+                # time: a client trickling bytes cannot hold its slot for long
                 try:
-                    async with asyncio.timeout(READ_TIMEOUT):
-                        req = await self._read(reader)
+                    async with asyncio.timeout(IDLE_TIMEOUT):
+                        first = await reader.read(1)
+                    if not first:
+                        return
+                    async with asyncio.timeout(self.read_timeout):
+                        req = await self._read(reader, first)
                 except BadRequest as exc:
                     self.on_reject(exc.reason)
                     await self._write(writer, Response(400, f"{exc}\n".encode()), close=True)
@@ -143,9 +164,9 @@ class HttpServer:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
-    async def _read(self, reader: asyncio.StreamReader) -> Request | None:
+    async def _read(self, reader: asyncio.StreamReader, first: bytes = b"") -> Request | None:
         try:
-            head = await reader.readuntil(b"\r\n\r\n")
+            head = first + await reader.readuntil(b"\r\n\r\n")
         except asyncio.IncompleteReadError as exc:
             if exc.partial.strip():
                 raise BadRequest("truncated", "truncated request head") from None
@@ -224,8 +245,10 @@ class HttpServer:
         if close:
             head.append("Connection: close")
         writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + resp.body)
-        with contextlib.suppress(ConnectionError):
-            await writer.drain()
+        # a client that never reads its answer must not hold its slot for ever
+        with contextlib.suppress(ConnectionError, TimeoutError):
+            async with asyncio.timeout(self.read_timeout):
+                await writer.drain()
 
 
 __all__ = ["BadRequest", "HttpServer", "Request", "Response", "parse_address"]

@@ -44,15 +44,23 @@ class SpansMixin(StoreBase):
     """Spans."""
 
     def add_spans(self, spans: Sequence[SpanRecord]) -> None:
-        """Store finished spans (a span stored twice keeps its last version); the server's
-        request spans are bounded to SERVER_SPANS_KEPT."""
+        """Store finished spans (a span stored twice by the same source keeps its last
+        version); the server's request spans are bounded to SERVER_SPANS_KEPT."""
         if not spans:
             return
         with self._tx() as db:
             db.executemany(
-                "INSERT OR REPLACE INTO spans (trace_id, span_id, parent_id, name, kind,"
+                # a span is replaced only by its own source: an OTLP client cannot overwrite
+                # the doctor's incident spans by reusing their ids
+                "INSERT INTO spans (trace_id, span_id, parent_id, name, kind,"
                 " start_ns, end_ns, status, attributes, events, resource, source, incident_id)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (trace_id, span_id) DO UPDATE SET parent_id = excluded.parent_id,"
+                " name = excluded.name, kind = excluded.kind, start_ns = excluded.start_ns,"
+                " end_ns = excluded.end_ns, status = excluded.status,"
+                " attributes = excluded.attributes, events = excluded.events,"
+                " resource = excluded.resource, incident_id = excluded.incident_id"
+                " WHERE spans.source = excluded.source",
                 [
                     (
                         s.trace_id,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Sequence
 
@@ -34,6 +35,8 @@ log = logging.getLogger(__name__)
 
 FORWARD_QUEUE = 10_000  # spans waiting to be forwarded; beyond it they are dropped, counted
 FORWARD_BATCH = 512
+SPANS_PER_SECOND = 2000.0
+"""Spans accepted per second (a burst of one second's worth); more are answered 429."""
 Send = Callable[[ExportTraceServiceRequest], Awaitable[None]]
 
 
@@ -61,6 +64,7 @@ class Receiver:
         self._http = HttpServer(
             self._handle, max_body=max_body, on_reject=self._reject, name="otlp receiver"
         )
+        self._tokens, self._filled = SPANS_PER_SECOND, time.monotonic()
         self._queue: deque[SpanRecord] = deque()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -109,6 +113,13 @@ class Receiver:
         except TelemetryError as exc:
             self._reject("malformed")
             return Response(400, f"{exc}\n".encode())
+        now = time.monotonic()
+        self._tokens = min(SPANS_PER_SECOND, self._tokens + (now - self._filled) * SPANS_PER_SECOND)
+        self._filled = now
+        if len(spans) > self._tokens:
+            self._reject("rate_limited")  # every client is on loopback: one bucket for all
+            return Response(429, b"too many spans; retry later\n", headers={"Retry-After": "1"})
+        self._tokens -= len(spans)
         if spans:
             self.store.add_spans(spans)
             self.accepted += len(spans)
