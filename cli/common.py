@@ -12,6 +12,7 @@ import click
 from ascend_doctor.core.config import Config
 from ascend_doctor.core.config_file import default_state_dir, load_config
 from ascend_doctor.core.errors import DoctorError
+from ascend_doctor.core.redact import RedactingFilter
 from ascend_doctor.core.store import STORE_NAME, Store
 
 
@@ -23,6 +24,7 @@ def setup_logging(verbose: bool, logfile: Path | None = None) -> None:
     from ascend_doctor.agent.telemetry.logctx import TraceContextFilter
 
     handler.addFilter(TraceContextFilter())  # trace_id/span_id inside a span (issue 7)
+    handler.addFilter(RedactingFilter())  # no secret in the doctor's own log (issue 15)
     handler.setFormatter(
         logging.Formatter(
             "%(asctime)s ascend-doctor %(levelname)s %(name)s:%(trace_ctx)s %(message)s"

@@ -3,6 +3,7 @@ before anything is printed, stored, exported or bundled."""
 
 from __future__ import annotations
 
+import logging
 import re
 from typing import Any, TypeVar
 
@@ -53,6 +54,8 @@ _TEXT = [
         rf"(?i)(['\"]--[\w-]*{_WORD}[\w-]*['\"],\s*)(['\"])(?!<redacted>)[^'\"]*\2",
         r"\1\2<redacted>\2",
     ),
+    # 'api_key': ['X'] (vLLM takes several keys: a list)
+    (rf"(?i)(['\"]?\w*{_WORD}\w*['\"]?\s*[:=]\s*\[)(?!'<redacted>')[^\]]*\]", r"\1'<redacted>']"),
     # 'api_key': 'X', "hf_token": "X", api_key='X' (vLLM's non-default args, a Namespace repr)
     (
         rf"(?i)(['\"]?\w*{_WORD}\w*['\"]?\s*[:=]\s*)(['\"])(?!<redacted>)[^'\"]*\2",
@@ -83,4 +86,17 @@ def redact_text(text: T) -> T:
     return out
 
 
-__all__ = ["REDACTED", "SECRET_WORDS", "is_secret", "redact", "redact_text"]
+class RedactingFilter(logging.Filter):
+    """Redacts every log record's message (a reason quoting ``--api-key``, an exception that
+    prints a command line) before a handler writes it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Always keeps the record, with its message redacted."""
+        message = record.getMessage()
+        clean = redact_text(message)
+        if clean != message:
+            record.msg, record.args = clean, ()
+        return True
+
+
+__all__ = ["REDACTED", "SECRET_WORDS", "RedactingFilter", "is_secret", "redact", "redact_text"]
