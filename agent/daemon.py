@@ -28,6 +28,7 @@ from ascend_doctor.agent.incidents import IncidentManager
 from ascend_doctor.agent.logwatch import LogWatch
 from ascend_doctor.agent.profiling import ServerProfiler
 from ascend_doctor.agent.remediation import Context, HostTools, Remediator, StepResult, corroborate
+from ascend_doctor.agent.remediation.recovery import recover, until_stopped
 from ascend_doctor.agent.requests import RequestRunner
 from ascend_doctor.agent.server import ServerHandle, build_process
 from ascend_doctor.agent.server_version import VersionWatch
@@ -43,6 +44,7 @@ from ascend_doctor.core.launch import LaunchSpec, server_spec
 from ascend_doctor.core.procs import process_start
 from ascend_doctor.core.records import DoctorStatus, LaunchRecord, ProfilingSetup, ServerStatus
 from ascend_doctor.core.redact import redact
+from ascend_doctor.core.statelock import lock_state_dir
 from ascend_doctor.core.store import Store
 from ascend_doctor.rules import Engine, RuleSet
 
@@ -67,6 +69,7 @@ class Daemon:
         self.state_dir = state_dir
         self.base_spec = spec
         self.base_env = dict(os.environ if base_env is None else base_env)
+        self._lock = lock_state_dir(state_dir)  # one doctor per state dir: before the store
         self.store = Store.in_dir(state_dir)
         # alerts: a listener queues every alerting transition in the outbox (a bad sink is a
         # start-up error); the "alerts" task delivers it
@@ -269,7 +272,9 @@ class Daemon:
         process = self.server.process
         sup_task = None
         if process is not None:
-            if isinstance(process, Supervisor):
+            if isinstance(process, Supervisor) and await until_stopped(
+                recover(self.remediator.ctx, self.incidents, self.remediator.record), self._stop
+            ):  # no two servers on one port, no start on a card in reset; SIGTERM still ends it
                 await self.versions.before_start(self.base_spec, self._server_env())
                 process.start()  # an attached server runs already
             sup_task = asyncio.create_task(process.run(), name="supervisor")
@@ -291,6 +296,7 @@ class Daemon:
             await self.logs.close()
             await self.telemetry.close()
             self.store.close()
+            self._lock.close()
         return 1 if self.server.state == ProcessState.FATAL else 0
 
     def shutdown(self) -> None:

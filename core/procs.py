@@ -3,8 +3,11 @@ whose process holds an NPU."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
+import signal
+import time
 from collections.abc import Iterable
 
 import psutil
@@ -38,6 +41,23 @@ def same_process(pid: int | None, start: float) -> bool:
     """Whether ``pid`` is still the process that started at ``start`` (and is alive)."""
     began = process_start(pid)
     return began is not None and abs(began - start) < 0.05 and pid_alive(pid)
+
+
+async def stop_leftover(pid: int | None, start: float, grace: float) -> bool:
+    """Stop a server a dead doctor left running (its process group: SIGTERM, then SIGKILL
+    after ``grace`` seconds), when ``pid`` is still that process (same start time: never a
+    stranger that reused the pid). True when there was one."""
+    if pid is None or not start or not same_process(pid, start):
+        return False
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while same_process(pid, start) and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        if same_process(pid, start):
+            os.killpg(pid, signal.SIGKILL)
+    return True
 
 
 def listening_pid(port: int) -> int | None:
@@ -110,4 +130,5 @@ __all__ = [
     "pid_alive",
     "process_start",
     "same_process",
+    "stop_leftover",
 ]

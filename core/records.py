@@ -199,6 +199,21 @@ class Ledger:
     """Cooldown key -> wall time that action last acted."""
 
 
+@dataclass(frozen=True, slots=True)
+class InFlight:
+    """A remediation action that changes the server or a device, while it runs: a doctor
+    that dies in it leaves this behind, and the next one records it as interrupted."""
+
+    incident_id: int
+    """The incident it acts for."""
+    action: str
+    """The action's registry name (``reset_device``, ``restart``...)."""
+    device: int | None
+    """The device it acts on (a reset), None for the server."""
+    started_at: float
+    """Wall time it began."""
+
+
 def encode(record: Any) -> Any:
     """A record as JSON-ready data."""
     return dataclasses.asdict(record)
@@ -266,6 +281,7 @@ __all__ = [
     "BudgetEntry",
     "CollectorStatus",
     "DoctorStatus",
+    "InFlight",
     "LaunchRecord",
     "Ledger",
     "ProfileSummary",

@@ -16,6 +16,7 @@ from ascend_doctor.core.records import (
     Artifact,
     CollectorStatus,
     DoctorStatus,
+    InFlight,
     LaunchRecord,
     Ledger,
     ProfilingSetup,
@@ -37,6 +38,7 @@ VERSION = "server_version"
 ARTIFACTS = "artifacts"
 SINKS = "alerts.sinks"
 LEDGER = "remediation.ledger"
+INFLIGHT = "remediation.inflight"
 COLLECTOR = "collector."
 
 
@@ -138,6 +140,15 @@ class RecordsMixin(StoreBase):
     def set_ledger(self, ledger: Ledger) -> None:
         """The remediation brakes' memory."""
         self.set_meta(LEDGER, encode(ledger))
+
+    def set_inflight(self, flight: InFlight | None) -> None:
+        """The action running now (None: none); written before it acts, cleared after."""
+        self.set_meta(INFLIGHT, None if flight is None else encode(flight))
+
+    def inflight(self) -> InFlight | None:
+        """An action a dead doctor left running (None: none)."""
+        raw = self.meta(INFLIGHT)
+        return None if raw is None else decode(InFlight, raw, INFLIGHT)
 
     def ledger(self) -> Ledger:
         """The remediation brakes' memory (empty on a new store; StoreError: corrupt)."""

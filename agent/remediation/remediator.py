@@ -32,6 +32,7 @@ from ascend_doctor.core.events import (
     Outcome,
     PlannedAction,
 )
+from ascend_doctor.core.records import InFlight
 from ascend_doctor.rules.loader import RuleSet
 
 log = logging.getLogger(__name__)
@@ -153,11 +154,17 @@ class Remediator:
             )
             self._record(inc, planned.name, done.outcome, done.reason, done.params)
             return Done(done.outcome, done.reason, done.params)
+        if mode is None and (spec.touches_server or spec.destructive):
+            # a doctor that dies in it leaves this behind for the next one (recovery.py)
+            device = failed_device(self.ctx, inc, planned.params, ev) if spec.destructive else None
+            self.ctx.store.set_inflight(InFlight(inc.id, planned.name, device, self.ctx.clock()))
         try:
             done = await spec.run(self.ctx, inc, dict(planned.params), ev)
         except Exception as exc:  # an action's bug must not stop the daemon
             log.exception("action %s failed", planned.name)
             done = Done(Outcome.FAILED, f"{type(exc).__name__}: {exc}")
+        finally:
+            self.ctx.store.set_inflight(None)
         if done.outcome == Outcome.OK and mode is not None:
             if done.override is not None:
                 change = describe_override(*done.override)

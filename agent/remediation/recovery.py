@@ -1,0 +1,103 @@
+"""What a doctor that died left behind, put right before the server starts again.
+
+A server it left running is stopped (two on one port would fight; adopting one would need
+its output pipe, which died with the doctor). An action it died in is recorded as interrupted
+(outcome unknown); a device it was resetting is waited for until npu-smi says it is healthy
+(never a server started on a card still in reset); the incident goes to a human instead of
+staying open for ever."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from ascend_doctor.agent.incidents import IncidentManager
+from ascend_doctor.agent.remediation.context import Context
+from ascend_doctor.core.errors import CollectorError, StoreError
+from ascend_doctor.core.events import ACTIVE_STATES, Outcome
+from ascend_doctor.core.procs import stop_leftover
+
+log = logging.getLogger(__name__)
+
+Record = Callable[[int, str, Outcome, str, dict[str, Any]], None]
+POLL_S = 1.0
+"""Seconds between two looks at a device that may still be resetting."""
+
+
+async def recover(ctx: Context, incidents: IncidentManager, record: Record) -> None:
+    """Put right what the last doctor left running: a server (stopped: its pid and start time
+    say it is still the one the store names), an action it died in."""
+    last = ctx.store.server()
+    if last is not None and await stop_leftover(
+        last.pid, last.proc_start, ctx.config.command_timeout
+    ):
+        log.warning("stopped pid %s, a server left running by a dead doctor", last.pid)
+    try:
+        flight = ctx.store.inflight()
+    except StoreError as exc:
+        log.error("the record of the action in flight is unreadable: %s", exc)
+        return
+    if flight is None:
+        return
+    when = time.strftime("%H:%M:%S", time.localtime(flight.started_at))
+    why = f"interrupted: the doctor stopped while {flight.action} ran (since {when})"
+    log.error("incident %d: %s", flight.incident_id, why)
+    record(flight.incident_id, flight.action, Outcome.UNKNOWN, why, {"device": flight.device})
+    if flight.device is not None:
+        health = await _settled(ctx, flight.device)
+        ok = health == "OK"
+        record(
+            flight.incident_id,
+            "recover",
+            Outcome.OK if ok else Outcome.FAILED,
+            f"device {flight.device} health {health} before the server starts again",
+            {"device": flight.device, "health": health},
+        )
+    inc = ctx.store.incident(flight.incident_id)
+    if inc.state in ACTIVE_STATES:
+        incidents.escalate(inc.id, why)
+    ctx.store.set_inflight(None)
+
+
+async def until_stopped(work: Coroutine[Any, Any, None], stop: asyncio.Event) -> bool:
+    """Run ``work`` unless ``stop`` is set first (then it is cancelled): False when stopped."""
+    task = asyncio.ensure_future(work)
+    stopping = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    stopping.cancel()
+    if not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return False
+    task.result()
+    return True
+
+
+async def _settled(ctx: Context, device: int) -> str:
+    """The device's health once a reset that may still run is over (or the last word seen
+    when ``command_timeout`` passes first)."""
+    from ascend_doctor.collectors.npu_smi import parse_pairs, run_npu_smi
+
+    deadline = ctx.clock() + ctx.config.command_timeout
+    health = "unknown"
+    while True:
+        try:
+            res = await run_npu_smi(
+                ctx.npu_smi(),
+                ["info", "-t", "health", "-i", str(device), "-c", "0"],
+                timeout=ctx.host.npu_smi_timeout,
+            )
+            health = parse_pairs(res.stdout).get("Health Status", "unknown")
+        except CollectorError as exc:  # a card in reset does not answer
+            health = f"unknown ({exc})"
+        if health == "OK" or ctx.clock() >= deadline:
+            return health
+        await ctx.sleep(POLL_S)
+
+
+__all__ = ["recover", "until_stopped"]
