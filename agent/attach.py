@@ -251,7 +251,10 @@ class AttachedServer:
         )
         self.state = state
         log.info("attached server %s: %s", state.value, reason)
-        self._on_change(event)
+        try:
+            self._on_change(event)
+        except Exception:  # recording it failed (a full disk): following it goes on
+            log.exception("recording the attached server's change failed")
         return event
 
 

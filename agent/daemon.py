@@ -28,7 +28,7 @@ from ascend_doctor.agent.incidents import IncidentManager
 from ascend_doctor.agent.logwatch import LogWatch
 from ascend_doctor.agent.profiling import ServerProfiler
 from ascend_doctor.agent.remediation import Context, HostTools, Remediator, StepResult, corroborate
-from ascend_doctor.agent.remediation.recovery import recover, until_stopped
+from ascend_doctor.agent.remediation.recovery import recover
 from ascend_doctor.agent.requests import RequestRunner
 from ascend_doctor.agent.server import ServerHandle, build_process
 from ascend_doctor.agent.server_version import VersionWatch
@@ -46,6 +46,7 @@ from ascend_doctor.core.records import DoctorStatus, LaunchRecord, ProfilingSetu
 from ascend_doctor.core.redact import redact
 from ascend_doctor.core.statelock import lock_state_dir
 from ascend_doctor.core.store import Store
+from ascend_doctor.core.tasks import until_stopped
 from ascend_doctor.rules import Engine, RuleSet
 
 log = logging.getLogger(__name__)

@@ -21,6 +21,7 @@ from ascend_doctor.collectors.logs import (
     Waker,
 )
 from ascend_doctor.core.config import LogsConfig
+from ascend_doctor.core.errors import StoreError
 from ascend_doctor.core.events import Finding, LogChunk
 from ascend_doctor.core.store import Store
 from ascend_doctor.rules import Engine
@@ -125,6 +126,8 @@ class LogWatch:
         while True:
             try:
                 self.drain()
+            except StoreError:
+                pass  # the store counts and logs it (once a minute); reading goes on
             except Exception:  # a failing part is logged and isolated; the daemon goes on
                 log.exception("tailing failed")
             self._wake.clear()
@@ -138,7 +141,8 @@ class LogWatch:
         """Stop the watcher, read the last words, release the files."""
         if self._waker is not None:
             await asyncio.to_thread(self._waker.stop)
-        self.drain()
+        with contextlib.suppress(StoreError):  # a full disk must not fail the shutdown
+            self.drain()
         self.tailer.close()
 
 

@@ -24,6 +24,7 @@ from typing import Any, BinaryIO
 import httpx
 
 from ascend_doctor.core.config import ServerConfig
+from ascend_doctor.core.errors import StoreError
 from ascend_doctor.core.events import ProcessEvent, ProcessState
 from ascend_doctor.core.launch import LaunchSpec
 from ascend_doctor.core.safeio import open_private_append
@@ -339,8 +340,9 @@ class Supervisor:
         with open_private_append(self.log_path) as out:  # prompts are in it: 0600
             echo: BinaryIO | None = sys.stdout.buffer if self.config.echo else None
             while data := await stream.read(READ_SIZE):
-                out.write(data)
-                out.flush()
+                with contextlib.suppress(OSError):  # a full disk loses the copy, not the server
+                    out.write(data)
+                    out.flush()
                 if echo is not None:
                     with contextlib.suppress(OSError, ValueError):
                         echo.write(data)
@@ -374,7 +376,12 @@ class Supervisor:
         )
         self.state = state
         log.info("server %s -> %s%s", event.previous, state, f": {reason}" if reason else "")
-        self._on_change(event)
+        try:
+            self._on_change(event)
+        except StoreError:
+            pass  # a full disk: the store counts and logs it; supervision goes on
+        except Exception:  # a failing part is logged and isolated
+            log.exception("recording the server's change to %s failed", state)
         return event
 
 

@@ -119,8 +119,11 @@ class Verifier:
                 left = run_start() + settle - self._clock()
                 if left <= 0:
                     run = run_start()
-                    for incident_id in await self.check(run, run_start):
-                        again(incident_id)
+                    try:
+                        for incident_id in await self.check(run, run_start):
+                            again(incident_id)
+                    except Exception:  # a failing part is logged and isolated
+                        log.exception("verification failed")
                     if run == run_start():
                         break
                     continue  # a new run began meanwhile: judge that one

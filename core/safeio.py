@@ -82,7 +82,7 @@ def open_private_append(path: Path) -> BinaryIO:
     flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(path, flags, 0o600)
     os.fchmod(fd, 0o600)
-    return os.fdopen(fd, "ab")
+    return os.fdopen(fd, "ab", buffering=0)  # unbuffered: a full disk fails one write, no more
 
 
 __all__ = [

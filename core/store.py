@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sqlite3
+import time
 from pathlib import Path
 
 from ascend_doctor.core.errors import StoreError
@@ -49,13 +51,19 @@ class Store(IncidentsMixin, RecordsMixin, HostMixin, SpansMixin, RequestsMixin, 
                 self._db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5.0)
             else:
                 private_dir(path.parent)  # the state dir: 0700, whatever the umask
-                self._db = sqlite3.connect(path, timeout=5.0, isolation_level=None)
-                self._db.execute("PRAGMA journal_mode=WAL")
-                for part in (path, *(path.with_name(path.name + x) for x in ("-wal", "-shm"))):
-                    if part.exists():
-                        os.chmod(part, 0o600)
-                self._db.execute("PRAGMA synchronous=NORMAL")
-                migrate(self._db)
+                try:
+                    self._db = _open_writable(path)
+                except sqlite3.DatabaseError as exc:
+                    if not _CORRUPT.search(str(exc)):
+                        raise
+                    # a corrupt store must not keep the server down: kept for a post-mortem
+                    aside = path.with_name(f"{path.name}.corrupt-{int(time.time())}")
+                    for x in ("", "-wal", "-shm"):
+                        if path.with_name(path.name + x).exists():
+                            path.with_name(path.name + x).rename(aside.with_name(aside.name + x))
+                    log.critical("%s is corrupt (%s): moved to %s, a fresh store starts", path,
+                                 exc, aside)  # fmt: skip
+                    self._db = _open_writable(path)
         except sqlite3.Error as exc:
             raise StoreError(f"{path}: cannot open store: {exc}") from None
         self._db.row_factory = sqlite3.Row
@@ -86,6 +94,24 @@ class Store(IncidentsMixin, RecordsMixin, HostMixin, SpansMixin, RequestsMixin, 
             raise StoreError(
                 f"{self.path}: store schema version is {version}: expected {SCHEMA_VERSION}"
             )
+
+
+_CORRUPT = re.compile(r"not a database|malformed|corrupt", re.IGNORECASE)
+
+
+def _open_writable(path: Path) -> sqlite3.Connection:
+    db = sqlite3.connect(path, timeout=5.0, isolation_level=None)
+    try:
+        db.execute("PRAGMA journal_mode=WAL")
+        for part in (path, *(path.with_name(path.name + x) for x in ("-wal", "-shm"))):
+            if part.exists():
+                os.chmod(part, 0o600)
+        db.execute("PRAGMA synchronous=NORMAL")
+        migrate(db)
+    except BaseException:
+        db.close()
+        raise
+    return db
 
 
 __all__ = [

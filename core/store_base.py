@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from ascend_doctor.core.errors import StoreError
 from ascend_doctor.core.events import ActionResult, Finding, Incident, ProcessEvent
 
 log = logging.getLogger("ascend_doctor.core.store")
@@ -43,6 +45,9 @@ class StoreBase:
 
     _db: sqlite3.Connection
     listeners: list[StoreListener]
+    write_errors = 0
+    """Writes that failed (disk full, read-only, corrupt): counted, logged once a minute."""
+    _reported_at = float("-inf")
 
     def _notify(self, call: Callable[[StoreListener], None]) -> None:
         for listener in self.listeners:
@@ -53,13 +58,24 @@ class StoreBase:
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
-        self._db.execute("BEGIN IMMEDIATE")
+        # A write that fails (a full disk, a read-only or corrupt file) is a StoreError the
+        # caller isolates: the store never takes supervision down with it.
         try:
-            yield self._db
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self.write_errors += 1
+            now = time.monotonic()
+            if now - self._reported_at >= 60:
+                self._reported_at = now
+                log.error("store write failed (%d so far): %s", self.write_errors, exc)
+            raise StoreError(f"store write failed: {exc}") from None
 
 
 __all__ = ["StoreBase", "StoreListener"]

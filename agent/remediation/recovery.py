@@ -8,11 +8,9 @@ staying open for ever."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from typing import Any
 
 from ascend_doctor.agent.incidents import IncidentManager
@@ -63,21 +61,6 @@ async def recover(ctx: Context, incidents: IncidentManager, record: Record) -> N
     ctx.store.set_inflight(None)
 
 
-async def until_stopped(work: Coroutine[Any, Any, None], stop: asyncio.Event) -> bool:
-    """Run ``work`` unless ``stop`` is set first (then it is cancelled): False when stopped."""
-    task = asyncio.ensure_future(work)
-    stopping = asyncio.ensure_future(stop.wait())
-    await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
-    stopping.cancel()
-    if not task.done():
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        return False
-    task.result()
-    return True
-
-
 async def _settled(ctx: Context, device: int) -> str:
     """The device's health once a reset that may still run is over (or the last word seen
     when ``command_timeout`` passes first)."""
@@ -100,4 +83,4 @@ async def _settled(ctx: Context, device: int) -> str:
         await ctx.sleep(POLL_S)
 
 
-__all__ = ["recover", "until_stopped"]
+__all__ = ["recover"]

@@ -27,6 +27,7 @@ from ascend_doctor.agent.telemetry.metrics import DoctorMetrics
 from ascend_doctor.agent.telemetry.receiver import Receiver, summary
 from ascend_doctor.agent.telemetry.resource import build_resource
 from ascend_doctor.core.config import Config
+from ascend_doctor.core.errors import StoreError
 from ascend_doctor.core.events import ActionResult, Finding, Incident, ProcessEvent, Sample
 from ascend_doctor.core.httpd import HttpServer, Request, Response, parse_address
 from ascend_doctor.core.store import Store, StoreListener
@@ -212,7 +213,8 @@ class Telemetry(StoreListener):
         except Exception:
             log.exception("telemetry: metric shutdown failed")
         self.tracer_provider.shutdown()
-        self.store.set_meta("telemetry", self.counters())
+        with contextlib.suppress(StoreError):  # a full disk must not fail the shutdown
+            self.store.set_meta("telemetry", self.counters())
 
     def counters(self) -> dict[str, Any]:
         """What telemetry did (kept in the store's meta at shutdown)."""
