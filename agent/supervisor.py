@@ -290,16 +290,12 @@ class Supervisor:
             if proc.returncode is not None or self._stop_requested.is_set():
                 return
             ok = await self._probe()
-            if ok is None:
-                continue  # could not ask: no news
-            if ok:
-                self.probe_failures = 0
+            if ok is not False:  # None: the doctor could not ask (EMFILE), no news
+                self.probe_failures = 0 if ok else self.probe_failures
                 continue
             self.probe_failures += 1
             if self.probe_failures >= self.config.probe_failures:
-                log.error(
-                    "server failed %d health probes in a row; restarting it", self.probe_failures
-                )
+                log.error("server failed %d /health probes; restarting", self.probe_failures)
                 return
 
     async def _wait_any(self, proc: asyncio.subprocess.Process, seconds: float) -> None:
