@@ -37,6 +37,9 @@ from ascend_doctor.core.errors import CollectorError
 from ascend_doctor.core.events import Sample
 
 _KILL_GRACE = 1.0
+MAX_OUTPUT = 4 << 20
+"""Bytes kept of each of npu-smi's streams; the rest is dropped unread: 400 MB of output (a
+driver gone wrong) must not block the daemon's loop while it is joined and parsed."""
 
 
 class _Capture(asyncio.SubprocessProtocol):
@@ -51,7 +54,10 @@ class _Capture(asyncio.SubprocessProtocol):
         """Done when the process has exited and every pipe is at EOF."""
 
     def pipe_data_received(self, fd: int, data: bytes) -> None:
-        (self.stdout if fd == 1 else self.stderr).append(data)
+        kept = self.stdout if fd == 1 else self.stderr
+        room = MAX_OUTPUT - sum(map(len, kept)) if len(kept) < 4096 else 0
+        if room > 0:
+            kept.append(data[:room])
 
     def process_exited(self) -> None:
         if not self.exited.done():
