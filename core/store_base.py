@@ -69,6 +69,8 @@ class StoreBase:
                     self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
+        except sqlite3.IntegrityError:
+            raise  # a constraint the caller relies on (a finding seen twice), not a fault
         except sqlite3.Error as exc:
             self.write_errors += 1
             now = time.monotonic()
