@@ -86,6 +86,19 @@ def redact_text(text: T) -> T:
     return out
 
 
+def redact_params(value: Any) -> Any:
+    """A decision's params with secrets inside their values redacted (argv lists by their
+    secret ``--flags``, strings by :func:`redact_text`); keys are kept, so that a param named
+    ``key`` (an override's variable name) is not mistaken for a secret."""
+    if isinstance(value, dict):
+        return {k: redact_params(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return redact(value)
+    if isinstance(value, str):
+        return redact_text(value)
+    return value
+
+
 class RedactingFilter(logging.Filter):
     """Redacts every log record's message (a reason quoting ``--api-key``, an exception that
     prints a command line) before a handler writes it."""
@@ -99,4 +112,12 @@ class RedactingFilter(logging.Filter):
         return True
 
 
-__all__ = ["REDACTED", "SECRET_WORDS", "RedactingFilter", "is_secret", "redact", "redact_text"]
+__all__ = [
+    "REDACTED",
+    "SECRET_WORDS",
+    "RedactingFilter",
+    "is_secret",
+    "redact",
+    "redact_params",
+    "redact_text",
+]

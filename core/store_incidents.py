@@ -24,7 +24,7 @@ from ascend_doctor.core.events import (
     Role,
     Severity,
 )
-from ascend_doctor.core.redact import redact, redact_text
+from ascend_doctor.core.redact import redact_params, redact_text
 from ascend_doctor.core.store_base import StoreBase
 
 Plan = tuple[tuple[PlannedAction, ...], ...]
@@ -198,7 +198,9 @@ class IncidentsMixin(StoreBase):
     def add_action(self, incident_id: int, result: ActionResult) -> None:
         """Record one remediation decision (secrets in its params and reason redacted, for
         every reader and listener: spans, alerts, bundles)."""
-        result = replace(result, params=redact(result.params), reason=redact_text(result.reason))
+        result = replace(
+            result, params=redact_params(result.params), reason=redact_text(result.reason)
+        )
         with self._tx() as db:
             db.execute(
                 "INSERT INTO actions (incident_id, name, params, outcome, reason, at)"
