@@ -28,9 +28,9 @@ from ascend_doctor.rules.findings import (
     context_evidence,
     end_of,
     kept,
-    numbered,
     unexplained,
 )
+from ascend_doctor.rules.lines import LineNumbers
 from ascend_doctor.rules.loader import QUIET_WINDOW, Rule, RuleSet, ThresholdRule
 from ascend_doctor.rules.matcher import make_prefilter
 from ascend_doctor.rules.parse import is_request_log
@@ -76,6 +76,8 @@ def _text(value: Any) -> str:
         return str(int(value))
     return str(value)
 
+
+_START = operator.itemgetter(1)
 
 MAX_LINE = 32768
 """The confirming regex of a rule looks at most this many bytes of a line."""
@@ -146,12 +148,14 @@ class Engine:
             hits.setdefault(start, []).append((key, finding))
 
         prefilter = self._prefilters.get(chunk.source)
+        numbers = LineNumbers(chunk)
         code_lines: list[int] = []
         unit_lines: list[int] = []
         quiet: set[int] = set()
         if prefilter is not None:
             rules = self._by_source.get(chunk.source, [])
-            for index, start in prefilter.candidates(data):
+            # in file order: line numbers are counted forward from the last one
+            for index, start in sorted(prefilter.candidates(data), key=_START):
                 if index >= len(rules):
                     (code_lines if index == len(rules) else unit_lines).append(start)
                     continue
@@ -166,7 +170,7 @@ class Engine:
                     quiet.add(start)  # expected here: no finding, no unrecognised error
                     continue
                 key = (rule.role != Role.ROOT, rule.generic, -rule.severity, 0, index)
-                keep(start, key, self._finding(rule, chunk, m.groupdict(), start))
+                keep(start, key, self._finding(rule, chunk, m.groupdict(), start, numbers))
         coded_errors: set[int] = set()
         for line_start in sorted(set(code_lines)) if chunk.source in CODE_SOURCES else ():
             for hit in self._codes.scan(data, line_start, end_of(data, line_start)):
@@ -179,14 +183,16 @@ class Engine:
                     coded_errors.add(start)
                     continue
                 key = (entry.role != Role.ROOT, entry.generic, -entry.severity, 1, 0)
-                evidence = context_evidence(chunk, start, self.context_before, self.context_after)
+                evidence = context_evidence(
+                    chunk, start, self.context_before, self.context_after, numbers
+                )
                 keep(start, key, code_finding(hit, chunk, start, self._clock, evidence))
         found = [
             (start, finding, key)
             for start, line_hits in sorted(hits.items())
             for key, finding in kept(line_hits)
         ]
-        merged = merge_blocks(data, chunk, found)
+        merged = merge_blocks(data, chunk, found, numbers)
         findings = [f for f, _, _ in merged]
         if self._templates is not None and chunk.source in UNIT_SOURCES:
             extra = unexplained(
@@ -195,17 +201,22 @@ class Engine:
                 self._templates,
                 self._clock,
                 self.context_after,
+                numbers,
                 sorted(set(unit_lines)),
                 frozenset(coded_errors),
                 frozenset(quiet),
             )
             findings = sorted(findings + extra, key=lambda f: f.offset)
-        findings = numbered(chunk, findings)
         self.matches += len(findings)
         return findings
 
     def _finding(
-        self, rule: Rule, chunk: LogChunk, groups: dict[str, bytes | None], start: int
+        self,
+        rule: Rule,
+        chunk: LogChunk,
+        groups: dict[str, bytes | None],
+        start: int,
+        numbers: LineNumbers,
     ) -> Finding:
         captures = {k: v.decode("utf-8", "replace") for k, v in groups.items() if v is not None}
         return Finding(
@@ -217,7 +228,9 @@ class Engine:
             summary=fill(rule.summary, captures),
             at=self._clock(),
             captures=captures,
-            evidence=context_evidence(chunk, start, self.context_before, self.context_after),
+            evidence=context_evidence(
+                chunk, start, self.context_before, self.context_after, numbers
+            ),
             path=chunk.path,
             offset=chunk.offset + start,
             file_id=chunk.file_id or chunk.path,

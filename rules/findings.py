@@ -1,4 +1,4 @@
-"""Building findings: evidence lines, code findings, unrecognised units, line numbers.
+"""Building findings: evidence lines and their numbers, code findings, unrecognised units.
 
 Helpers of the engine; pure functions over a chunk's bytes.
 """
@@ -6,12 +6,12 @@ Helpers of the engine; pure functions over a chunk's bytes.
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import re
 from collections.abc import Callable
 
 from ascend_doctor.core.events import Category, Finding, LogChunk, LogLine, Role, Severity
 from ascend_doctor.rules.codes import CodeHit, device_of
+from ascend_doctor.rules.lines import LineNumbers
 from ascend_doctor.rules.parse import parse
 from ascend_doctor.rules.unrecognised import Templates, Unit, error_units
 
@@ -69,62 +69,36 @@ def after_lines(data: bytes, start: int, n: int) -> int:
     return pos
 
 
-def line_at(chunk: LogChunk, start: int) -> LogLine:
-    """The line at ``start``, its number left 0 for ``_numbered``."""
+def line_at(chunk: LogChunk, start: int, number: int = 0) -> LogLine:
+    """The line at ``start`` as evidence, numbered ``number``."""
     raw = chunk.data[start : end_of(chunk.data, start)]
-    return LogLine(
-        path=chunk.path,
-        offset=chunk.offset + start,
-        text=raw.decode("utf-8", "replace").rstrip("\r"),
-        line=0,
-    )
-
-
-def numbered(chunk: LogChunk, findings: list[Finding]) -> list[Finding]:
-    """Number every evidence line in one pass over the chunk: the newlines are counted
-    between consecutive offsets in sorted order, so the cost stays linear in bytes however
-    many lines are evidence."""
-    if not chunk.first_line or not findings:
-        return findings
-    offsets = sorted({e.offset - chunk.offset for f in findings for e in f.evidence})
-    numbers: dict[int, int] = {}
-    line, pos = chunk.first_line, 0
-    for off in offsets:
-        line += chunk.data.count(b"\n", pos, off)
-        pos = off
-        numbers[off] = line
-    return [
-        dataclasses.replace(
-            f,
-            evidence=tuple(
-                dataclasses.replace(e, line=numbers[e.offset - chunk.offset]) for e in f.evidence
-            ),
-        )
-        for f in findings
-    ]
+    text = raw.decode("utf-8", "replace").rstrip("\r")
+    return LogLine(chunk.path, chunk.offset + start, text, number)
 
 
 def context_evidence(
-    chunk: LogChunk, start: int, before_n: int, after_n: int
+    chunk: LogChunk, start: int, before_n: int, after_n: int, numbers: LineNumbers
 ) -> tuple[LogLine, ...]:
     """The line at ``start`` first, then ``before_n`` lines before and ``after_n`` after."""
     data = chunk.data
-    evidence = [line_at(chunk, start)]
+    number = numbers.of(start)
+    step = 1 if number else 0
+    evidence = [line_at(chunk, start, number)]
     pos = end_of(data, start) + 1
-    for _ in range(after_n):
+    for k in range(1, after_n + 1):
         if pos <= 0 or pos >= len(data):
             break
-        evidence.append(line_at(chunk, pos))
+        evidence.append(line_at(chunk, pos, number + k * step))
         pos = end_of(data, pos) + 1
     before: list[LogLine] = []
     pos = start
-    for _ in range(before_n):
+    for k in range(1, before_n + 1):
         if pos <= 0:
             break
         prev = data.rfind(b"\n", 0, pos - 1) + 1
-        before.insert(0, line_at(chunk, prev))
+        before.append(line_at(chunk, prev, number - k * step))
         pos = prev
-    return (evidence[0], *before, *evidence[1:])
+    return (evidence[0], *reversed(before), *evidence[1:])
 
 
 def unexplained(
@@ -133,6 +107,7 @@ def unexplained(
     templates: Templates,
     clock: Callable[[], float],
     after_n: int,
+    numbers: LineNumbers,
     candidates: list[int] | None = None,
     forced: frozenset[int] = frozenset(),
     quiet: frozenset[int] = frozenset(),
@@ -165,26 +140,34 @@ def unexplained(
             continue  # inside a block a finding already holds
         if not unit.severe and j > 0 and covered[j - 1][1] >= before_lines(data, unit.first, 3):
             continue  # a wrapper line right after an explained error ("ERR00100 ...")
-        out.append(unit_finding(chunk, unit, templates, clock, after_n))
+        out.append(unit_finding(chunk, unit, templates, clock, after_n, numbers))
     return out
 
 
 def unit_finding(
-    chunk: LogChunk, unit: Unit, templates: Templates, clock: Callable[[], float], after_n: int
+    chunk: LogChunk,
+    unit: Unit,
+    templates: Templates,
+    clock: Callable[[], float],
+    after_n: int,
+    numbers: LineNumbers,
 ) -> Finding:
     """One error unit as an ``unrecognised`` finding; its summary is its template."""
     data = chunk.data
     line = data[unit.key_line : end_of(data, unit.key_line)]
     text = line[parse(line).message :].decode("utf-8", "replace").strip()
     template, template_id = templates.template(text)
-    evidence = [line_at(chunk, unit.key_line)]
+    first = numbers.of(unit.first) if unit.first != unit.key_line else 0
+    number = numbers.of(unit.key_line)
+    step = 1 if number else 0
+    evidence = [line_at(chunk, unit.key_line, number)]
     if unit.first != unit.key_line:
-        evidence.append(line_at(chunk, unit.first))
+        evidence.append(line_at(chunk, unit.first, first))
     pos = end_of(data, unit.key_line) + 1
-    for _ in range(after_n):
+    for k in range(1, after_n + 1):
         if pos >= len(data):
             break
-        evidence.append(line_at(chunk, pos))
+        evidence.append(line_at(chunk, pos, number + k * step))
         pos = end_of(data, pos) + 1
     return Finding(
         rule="unrecognised",
@@ -252,6 +235,7 @@ def code_finding(
 
 
 __all__ = [
+    "LineNumbers",
     "after_lines",
     "before_lines",
     "code_finding",
@@ -259,7 +243,6 @@ __all__ = [
     "end_of",
     "kept",
     "line_at",
-    "numbered",
     "unexplained",
     "unit_finding",
 ]
