@@ -6,13 +6,16 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from ascend_doctor.core.config import Config
 from ascend_doctor.core.config_file import default_state_dir, load_config
 from ascend_doctor.core.errors import DoctorError
-from ascend_doctor.core.store import STORE_NAME, Store
+
+if TYPE_CHECKING:  # the store is imported by the commands that open it
+    from ascend_doctor.core.store import Store
 
 
 def setup_logging(verbose: bool, logfile: Path | None = None) -> None:
@@ -70,6 +73,8 @@ config_option = click.option(
 
 def open_store(state_dir: Path | None, *, write: bool = False) -> Store:
     """The store of a state dir for a CLI command; a one-line error when there is none."""
+    from ascend_doctor.core.store import STORE_NAME, Store
+
     d = state_dir or default_state_dir()
     if not (d / STORE_NAME).exists():
         raise click.ClickException(f"{d / STORE_NAME}: no store here (has the doctor run?)")

@@ -22,7 +22,7 @@ ENV = "ASCEND_DOCTOR_CACHE_DIR"
 """Overrides where the cache lives; empty or ``off`` turns it off."""
 MAGIC = b"ADCACHE1"
 KEEP = 16
-"""Entries kept per namespace (old pack versions, other Python or library versions)."""
+"""Entries kept per namespace by default (old pack versions, other library versions)."""
 MAX_BYTES = 256 << 20
 """A larger file is not read (it cannot be one of ours)."""
 _DIGEST = 32
@@ -80,8 +80,9 @@ def read(namespace: str, key: str) -> bytes | None:
     return payload
 
 
-def write(namespace: str, key: str, payload: bytes) -> None:
-    """Store ``payload`` under ``key`` atomically; any failure is logged and skipped."""
+def write(namespace: str, key: str, payload: bytes, *, keep: int = KEEP) -> None:
+    """Store ``payload`` under ``key`` atomically, keeping the ``keep`` newest entries of the
+    namespace; any failure is logged and skipped."""
     path = _path(namespace, key)
     if path is None or len(payload) > MAX_BYTES - len(MAGIC) - _DIGEST:
         return
@@ -95,19 +96,19 @@ def write(namespace: str, key: str, payload: bytes) -> None:
         except BaseException:
             os.unlink(tmp)
             raise
-        _prune(path.parent)
+        _prune(path.parent, keep)
     except OSError as exc:
         log.debug("cache: cannot write %s: %s", path, exc)
 
 
-def _prune(folder: Path) -> None:
+def _prune(folder: Path, keep: int) -> None:
     entries = []
     for p in folder.glob("*.bin"):
         try:
             entries.append((p.stat().st_mtime, p))
         except OSError:
             continue
-    for _, p in sorted(entries, reverse=True)[KEEP:]:
+    for _, p in sorted(entries, reverse=True)[keep:]:
         try:
             p.unlink()
         except OSError:

@@ -30,7 +30,7 @@ from ascend_doctor.rules.findings import (
     kept,
     unexplained,
 )
-from ascend_doctor.rules.lines import LineNumbers
+from ascend_doctor.rules.lines import Lines
 from ascend_doctor.rules.loader import QUIET_WINDOW, Rule, RuleSet, ThresholdRule
 from ascend_doctor.rules.matcher import make_prefilter
 from ascend_doctor.rules.parse import is_request_log
@@ -63,7 +63,10 @@ def fill(template: str, values: dict[str, Any]) -> str:
         names = _NAME.findall(m.group(1))
         return m.group(1) if all(values.get(n) not in (None, "") for n in names) else ""
 
-    template = _OPTIONAL.sub(optional, template)
+    if "[[" in template:
+        template = _OPTIONAL.sub(optional, template)
+    elif "{" not in template:
+        return template
     try:
         return template.format_map(_Blank({k: _text(v) for k, v in values.items()}))
     except (ValueError, IndexError):
@@ -148,7 +151,7 @@ class Engine:
             hits.setdefault(start, []).append((key, finding))
 
         prefilter = self._prefilters.get(chunk.source)
-        numbers = LineNumbers(chunk)
+        lines = Lines(chunk)
         code_lines: list[int] = []
         unit_lines: list[int] = []
         quiet: set[int] = set()
@@ -170,7 +173,7 @@ class Engine:
                     quiet.add(start)  # expected here: no finding, no unrecognised error
                     continue
                 key = (rule.role != Role.ROOT, rule.generic, -rule.severity, 0, index)
-                keep(start, key, self._finding(rule, chunk, m.groupdict(), start, numbers))
+                keep(start, key, self._finding(rule, chunk, m.groupdict(), start, lines))
         coded_errors: set[int] = set()
         for line_start in sorted(set(code_lines)) if chunk.source in CODE_SOURCES else ():
             for hit in self._codes.scan(data, line_start, end_of(data, line_start)):
@@ -184,7 +187,7 @@ class Engine:
                     continue
                 key = (entry.role != Role.ROOT, entry.generic, -entry.severity, 1, 0)
                 evidence = context_evidence(
-                    chunk, start, self.context_before, self.context_after, numbers
+                    chunk, start, self.context_before, self.context_after, lines
                 )
                 keep(start, key, code_finding(hit, chunk, start, self._clock, evidence))
         found = [
@@ -192,7 +195,7 @@ class Engine:
             for start, line_hits in sorted(hits.items())
             for key, finding in kept(line_hits)
         ]
-        merged = merge_blocks(data, chunk, found, numbers)
+        merged = merge_blocks(data, chunk, found, lines)
         findings = [f for f, _, _ in merged]
         if self._templates is not None and chunk.source in UNIT_SOURCES:
             extra = unexplained(
@@ -201,7 +204,7 @@ class Engine:
                 self._templates,
                 self._clock,
                 self.context_after,
-                numbers,
+                lines,
                 sorted(set(unit_lines)),
                 frozenset(coded_errors),
                 frozenset(quiet),
@@ -216,7 +219,7 @@ class Engine:
         chunk: LogChunk,
         groups: dict[str, bytes | None],
         start: int,
-        numbers: LineNumbers,
+        lines: Lines,
     ) -> Finding:
         captures = {k: v.decode("utf-8", "replace") for k, v in groups.items() if v is not None}
         return Finding(
@@ -228,9 +231,7 @@ class Engine:
             summary=fill(rule.summary, captures),
             at=self._clock(),
             captures=captures,
-            evidence=context_evidence(
-                chunk, start, self.context_before, self.context_after, numbers
-            ),
+            evidence=context_evidence(chunk, start, self.context_before, self.context_after, lines),
             path=chunk.path,
             offset=chunk.offset + start,
             file_id=chunk.file_id or chunk.path,

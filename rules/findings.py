@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from ascend_doctor.core.events import Category, Finding, LogChunk, LogLine, Role, Severity
 from ascend_doctor.rules.codes import CodeHit, device_of
-from ascend_doctor.rules.lines import LineNumbers
+from ascend_doctor.rules.lines import Lines
 from ascend_doctor.rules.parse import parse
 from ascend_doctor.rules.unrecognised import Templates, Unit, error_units
 
@@ -26,6 +26,8 @@ def kept(
     """What a line keeps: every rule match; a code only where no rule of its category
     matched (the rule's summary carries the captures), one per category; a generic match
     only where nothing specific did."""
+    if len(line_hits) == 1:
+        return line_hits  # one match: kept (the common case in a failure-dense log)
     ordered = sorted(line_hits, key=lambda h: h[0])
     specific = any(not key[1] for key, _ in ordered)
     categories = {f.category for key, f in ordered if key[3] == 0 and not (key[1] and specific)}
@@ -69,26 +71,19 @@ def after_lines(data: bytes, start: int, n: int) -> int:
     return pos
 
 
-def line_at(chunk: LogChunk, start: int, number: int = 0) -> LogLine:
-    """The line at ``start`` as evidence, numbered ``number``."""
-    raw = chunk.data[start : end_of(chunk.data, start)]
-    text = raw.decode("utf-8", "replace").rstrip("\r")
-    return LogLine(chunk.path, chunk.offset + start, text, number)
-
-
 def context_evidence(
-    chunk: LogChunk, start: int, before_n: int, after_n: int, numbers: LineNumbers
+    chunk: LogChunk, start: int, before_n: int, after_n: int, lines: Lines
 ) -> tuple[LogLine, ...]:
     """The line at ``start`` first, then ``before_n`` lines before and ``after_n`` after."""
     data = chunk.data
-    number = numbers.of(start)
+    number = lines.number(start)
     step = 1 if number else 0
-    evidence = [line_at(chunk, start, number)]
+    evidence = [lines.at(start, number)]
     pos = end_of(data, start) + 1
     for k in range(1, after_n + 1):
         if pos <= 0 or pos >= len(data):
             break
-        evidence.append(line_at(chunk, pos, number + k * step))
+        evidence.append(lines.at(pos, number + k * step))
         pos = end_of(data, pos) + 1
     before: list[LogLine] = []
     pos = start
@@ -96,7 +91,7 @@ def context_evidence(
         if pos <= 0:
             break
         prev = data.rfind(b"\n", 0, pos - 1) + 1
-        before.append(line_at(chunk, prev, number - k * step))
+        before.append(lines.at(prev, number - k * step))
         pos = prev
     return (evidence[0], *reversed(before), *evidence[1:])
 
@@ -107,7 +102,7 @@ def unexplained(
     templates: Templates,
     clock: Callable[[], float],
     after_n: int,
-    numbers: LineNumbers,
+    lines: Lines,
     candidates: list[int] | None = None,
     forced: frozenset[int] = frozenset(),
     quiet: frozenset[int] = frozenset(),
@@ -140,7 +135,7 @@ def unexplained(
             continue  # inside a block a finding already holds
         if not unit.severe and j > 0 and covered[j - 1][1] >= before_lines(data, unit.first, 3):
             continue  # a wrapper line right after an explained error ("ERR00100 ...")
-        out.append(unit_finding(chunk, unit, templates, clock, after_n, numbers))
+        out.append(unit_finding(chunk, unit, templates, clock, after_n, lines))
     return out
 
 
@@ -150,24 +145,24 @@ def unit_finding(
     templates: Templates,
     clock: Callable[[], float],
     after_n: int,
-    numbers: LineNumbers,
+    lines: Lines,
 ) -> Finding:
     """One error unit as an ``unrecognised`` finding; its summary is its template."""
     data = chunk.data
     line = data[unit.key_line : end_of(data, unit.key_line)]
     text = line[parse(line).message :].decode("utf-8", "replace").strip()
     template, template_id = templates.template(text)
-    first = numbers.of(unit.first) if unit.first != unit.key_line else 0
-    number = numbers.of(unit.key_line)
+    first = lines.number(unit.first) if unit.first != unit.key_line else 0
+    number = lines.number(unit.key_line)
     step = 1 if number else 0
-    evidence = [line_at(chunk, unit.key_line, number)]
+    evidence = [lines.at(unit.key_line, number)]
     if unit.first != unit.key_line:
-        evidence.append(line_at(chunk, unit.first, first))
+        evidence.append(lines.at(unit.first, first))
     pos = end_of(data, unit.key_line) + 1
     for k in range(1, after_n + 1):
         if pos >= len(data):
             break
-        evidence.append(line_at(chunk, pos, number + k * step))
+        evidence.append(lines.at(pos, number + k * step))
         pos = end_of(data, pos) + 1
     return Finding(
         rule="unrecognised",
@@ -235,14 +230,13 @@ def code_finding(
 
 
 __all__ = [
-    "LineNumbers",
+    "Lines",
     "after_lines",
     "before_lines",
     "code_finding",
     "context_evidence",
     "end_of",
     "kept",
-    "line_at",
     "unexplained",
     "unit_finding",
 ]

@@ -1,28 +1,35 @@
-"""Line numbers of evidence, counted incrementally: the cost stays linear in bytes however
-many lines of a chunk are evidence (a crash-looping server's log is half failures)."""
+"""The lines of a chunk as evidence: each cut once, numbered incrementally.
+
+In a failure-dense log (a crash-looping server's is half failures) every line is evidence of
+several findings (the match, and context of its neighbours'): a line is cut and decoded once
+per chunk, and its number is counted from the line asked before, so the cost stays linear in
+bytes whatever the density.
+"""
 
 from __future__ import annotations
 
-from ascend_doctor.core.events import LogChunk
+from ascend_doctor.core.events import LogChunk, LogLine
 
 
-class LineNumbers:
-    """Line numbers of offsets in one chunk, counted from the offset asked before.
+class Lines:
+    """Evidence lines of one chunk, numbered from ``chunk.first_line`` (0 when unknown).
 
-    The engine asks in file order within each pass (rules, codes, error units), so the
-    newlines of a chunk are counted a few times in all, however many lines are evidence;
-    a step back counts the short way (back from the last offset, or from the start)."""
+    The engine asks in file order within each pass (rules, codes, error units), so newlines
+    are counted a few times per chunk in all; a step back counts the short way (back from the
+    offset asked before, or from the start)."""
 
-    __slots__ = ("_data", "_first", "_line", "_pos")
+    __slots__ = ("_chunk", "_cut", "_data", "_first", "_line", "_pos")
 
     def __init__(self, chunk: LogChunk) -> None:
+        self._chunk = chunk
         self._data = chunk.data
         self._first = chunk.first_line
         self._pos = 0
         self._line = chunk.first_line
+        self._cut: dict[int, LogLine] = {}
 
-    def of(self, offset: int) -> int:
-        """The 1-based number of the line holding ``offset``; 0 when the chunk's is unknown."""
+    def number(self, offset: int) -> int:
+        """The number of the line holding ``offset``; 0 when the chunk's is unknown."""
         if not self._first:
             return 0
         if offset >= self._pos:
@@ -34,5 +41,17 @@ class LineNumbers:
         self._pos = offset
         return self._line
 
+    def at(self, start: int, number: int) -> LogLine:
+        """The line starting at ``start``, whose number the caller knows (see ``number``)."""
+        line = self._cut.get(start)
+        if line is None:
+            data = self._data
+            end = data.find(b"\n", start)
+            raw = data[start : len(data) if end < 0 else end]
+            text = raw.decode("utf-8", "replace").rstrip("\r")
+            line = LogLine(self._chunk.path, self._chunk.offset + start, text, number)
+            self._cut[start] = line
+        return line
 
-__all__ = ["LineNumbers"]
+
+__all__ = ["Lines"]

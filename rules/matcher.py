@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import re
-import re._parser as re_parser
+import re._parser as re_parser  # type: ignore[import-not-found]  # no stub; sre_parse warns
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -39,6 +39,8 @@ def hyperscan_pattern(pattern: str) -> bytes:
     return _NAMED_GROUP.sub("(", pattern).encode("utf-8")
 
 
+_PREFIXES = "prefix-1"
+"""Names how :func:`prefix_pattern` cuts: part of the cache key of compiled databases."""
 _QUANTIFIER = re.compile(r"(?:[*+?]|\{\d*(?:,\d*)?\})[?+]?")
 
 
@@ -170,7 +172,7 @@ class HyperscanPrefilter:
         patterns = [r.pattern for r in self.rules] + list(extras)
         if not patterns:
             return
-        self._db = _database([prefix_pattern(p) for p in patterns], patterns)
+        self._db = _database(patterns)
         self._scratch = hyperscan.Scratch(self._db)
 
     def candidates(self, data: bytes) -> list[tuple[int, int]]:
@@ -194,16 +196,15 @@ class HyperscanPrefilter:
         return out
 
 
-def _database(expressions: list[str], originals: list[str]) -> Any:
-    """The block-mode database of ``expressions`` from the cache, else compiled (and cached).
-    Should the relaxed list not compile, the rules' own patterns are compiled instead."""
+def _database(patterns: list[str]) -> Any:
+    """The block-mode database of the patterns' prefixes, from the cache or compiled (then
+    cached). Should the prefixes not compile, the patterns themselves are compiled."""
     import hyperscan
 
     from ascend_doctor.core import cache
 
-    encoded = [hyperscan_pattern(p) for p in expressions]
     version = getattr(hyperscan, "__version__", "") or _dist_version("hyperscan")
-    key = cache.key_of("hyperscan-block", version, *encoded)
+    key = cache.key_of("hyperscan-block", _PREFIXES, version, *patterns)
     blob = cache.read("hyperscan", key)
     if blob is not None:
         try:
@@ -212,18 +213,21 @@ def _database(expressions: list[str], originals: list[str]) -> Any:
             log.debug("cached hyperscan database not usable (%s); compiling", exc)
     db = hyperscan.Database()
     try:
-        db.compile(
-            expressions=encoded,
-            ids=list(range(len(encoded))),
-            elements=len(encoded),
-            flags=[0] * len(encoded),
-        )
+        _compile(db, [prefix_pattern(p) for p in patterns])
     except hyperscan.error:
-        if expressions == originals:
-            raise
-        return _database(originals, originals)
+        _compile(db, patterns)
     cache.write("hyperscan", key, hyperscan.dumpb(db))
     return db
+
+
+def _compile(db: Any, expressions: list[str]) -> None:
+    encoded = [hyperscan_pattern(p) for p in expressions]
+    db.compile(
+        expressions=encoded,
+        ids=list(range(len(encoded))),
+        elements=len(encoded),
+        flags=[0] * len(encoded),
+    )
 
 
 def _dist_version(name: str) -> str:
