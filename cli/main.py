@@ -252,25 +252,41 @@ def incidents(ctx: click.Context, state_dir: Path | None, as_json: bool) -> None
     type=click.Path(file_okay=False, path_type=Path),
     help="Site rules directory on top of the builtin packs (repeatable).",
 )
-def diagnose(paths: tuple[Path, ...], as_json: bool, rule_dirs: tuple[Path, ...]) -> None:
+@click.option(
+    "--jobs",
+    "-j",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Worker processes for files of more than one chunk (4 MiB); default: every core.",
+)
+def diagnose(
+    paths: tuple[Path, ...], as_json: bool, rule_dirs: tuple[Path, ...], jobs: int | None
+) -> None:
     """Offline root-cause analysis of log files, plog/slog trees or a support bundle."""
+    import gc
+
     from ascend_doctor.cli.diagnose import diagnose as run_diagnose
     from ascend_doctor.cli.diagnose import report
+    from ascend_doctor.cli.parallel import default_jobs
     from ascend_doctor.rules import load_rules
 
     try:
         rules = load_rules(list(rule_dirs))
     except DoctorError as exc:
         raise click.ClickException(str(exc)) from None
+    gc.freeze()  # the packs live as long as the scan: the collector need not walk them
+    jobs = jobs or default_jobs()
     total = sum(_size(p) for p in paths)
     if sys.stderr.isatty() and not as_json:
         from rich.progress import Progress
 
         with Progress(transient=True) as bar:
             task = bar.add_task("scanning", total=total or None)
-            result = run_diagnose(list(paths), rules, progress=lambda n: bar.advance(task, n))
+            result = run_diagnose(
+                list(paths), rules, progress=lambda n: bar.advance(task, n), jobs=jobs
+            )
     else:
-        result = run_diagnose(list(paths), rules)
+        result = run_diagnose(list(paths), rules, jobs=jobs)
     rep = report(result, rules)
     if as_json:
         click.echo(json.dumps(rep, indent=2))

@@ -124,7 +124,8 @@ class Engine:
         if catalogues is None:
             catalogues = load_catalogues(list(rules.catalogue_dirs))
         self._codes = CodeIndex(catalogues)
-        self._templates = Templates() if unrecognised else None
+        self.templates: Templates | None = Templates() if unrecognised else None
+        """Mines the templates of unrecognised errors, learning in scan order (None: off)."""
         self._firing: set[tuple[str, str]] = set()
         self._since: dict[tuple[str, str], float] = {}
         self.lines_scanned = 0
@@ -197,11 +198,11 @@ class Engine:
         ]
         merged = merge_blocks(data, chunk, found, lines)
         findings = [f for f, _, _ in merged]
-        if self._templates is not None and chunk.source in UNIT_SOURCES:
+        if self.templates is not None and chunk.source in UNIT_SOURCES:
             extra = unexplained(
                 chunk,
                 merged,
-                self._templates,
+                self.templates,
                 self._clock,
                 self.context_after,
                 lines,

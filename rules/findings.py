@@ -76,24 +76,22 @@ def context_evidence(
 ) -> tuple[LogLine, ...]:
     """The line at ``start`` first, then ``before_n`` lines before and ``after_n`` after."""
     data = chunk.data
+    size = len(data)
+    at = lines.at
     number = lines.number(start)
     step = 1 if number else 0
-    evidence = [lines.at(start, number)]
-    pos = end_of(data, start) + 1
-    for k in range(1, after_n + 1):
-        if pos <= 0 or pos >= len(data):
-            break
-        evidence.append(lines.at(pos, number + k * step))
-        pos = end_of(data, pos) + 1
+    after: list[LogLine] = []
+    pos = data.find(b"\n", start) + 1
+    while len(after) < after_n and 0 < pos < size:
+        after.append(at(pos, number + (len(after) + 1) * step))
+        pos = data.find(b"\n", pos) + 1
     before: list[LogLine] = []
     pos = start
-    for k in range(1, before_n + 1):
-        if pos <= 0:
-            break
-        prev = data.rfind(b"\n", 0, pos - 1) + 1
-        before.append(lines.at(prev, number - k * step))
-        pos = prev
-    return (evidence[0], *reversed(before), *evidence[1:])
+    while len(before) < before_n and pos > 0:
+        pos = data.rfind(b"\n", 0, pos - 1) + 1
+        before.append(at(pos, number - (len(before) + 1) * step))
+    before.reverse()
+    return (at(start, number), *before, *after)
 
 
 def unexplained(
