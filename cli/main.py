@@ -9,7 +9,7 @@ import shutil
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -21,8 +21,10 @@ from ascend_doctor.cli.common import (
     setup_logging,
     state_dir_option,
 )
-from ascend_doctor.core.config import Config
 from ascend_doctor.core.errors import DoctorError
+
+if TYPE_CHECKING:
+    from ascend_doctor.core.config import Config
 
 log = logging.getLogger("ascend_doctor")
 
