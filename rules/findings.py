@@ -77,21 +77,21 @@ def context_evidence(
     """The line at ``start`` first, then ``before_n`` lines before and ``after_n`` after."""
     data = chunk.data
     size = len(data)
-    at = lines.at
+    at, cut = lines.at, lines.cut  # most lines were cut already (a neighbour's context)
     number = lines.number(start)
     step = 1 if number else 0
     after: list[LogLine] = []
     pos = data.find(b"\n", start) + 1
     while len(after) < after_n and 0 < pos < size:
-        after.append(at(pos, number + (len(after) + 1) * step))
+        after.append(cut.get(pos) or at(pos, number + (len(after) + 1) * step))
         pos = data.find(b"\n", pos) + 1
     before: list[LogLine] = []
     pos = start
     while len(before) < before_n and pos > 0:
         pos = data.rfind(b"\n", 0, pos - 1) + 1
-        before.append(at(pos, number - (len(before) + 1) * step))
+        before.append(cut.get(pos) or at(pos, number - (len(before) + 1) * step))
     before.reverse()
-    return (at(start, number), *before, *after)
+    return (cut.get(start) or at(start, number), *before, *after)
 
 
 def unexplained(
@@ -125,7 +125,8 @@ def unexplained(
         # a unit is explained by a finding inside it or right after it, up to the next
         # unit (an exception's message and CANN block follow its exception line)
         stop = units[i + 1].first if i + 1 < len(units) else len(data)
-        stop = min(stop, after_lines(data, unit.last, 30))
+        if data.count(b"\n", unit.last, stop) >= 30:  # counted in C, walked only when far
+            stop = after_lines(data, unit.last, 30)
         j = bisect.bisect_left(starts, unit.first)
         if j < len(starts) and starts[j] < max(stop, unit.last + 1):
             continue

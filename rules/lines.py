@@ -18,7 +18,7 @@ class Lines:
     are counted a few times per chunk in all; a step back counts the short way (back from the
     offset asked before, or from the start)."""
 
-    __slots__ = ("_chunk", "_cut", "_data", "_first", "_line", "_pos")
+    __slots__ = ("_chunk", "_data", "_first", "_line", "_pos", "cut")
 
     def __init__(self, chunk: LogChunk) -> None:
         self._chunk = chunk
@@ -26,7 +26,8 @@ class Lines:
         self._first = chunk.first_line
         self._pos = 0
         self._line = chunk.first_line
-        self._cut: dict[int, LogLine] = {}
+        self.cut: dict[int, LogLine] = {}
+        """The lines cut so far, by their start."""
 
     def number(self, offset: int) -> int:
         """The number of the line holding ``offset``; 0 when the chunk's is unknown."""
@@ -43,14 +44,14 @@ class Lines:
 
     def at(self, start: int, number: int) -> LogLine:
         """The line starting at ``start``, whose number the caller knows (see ``number``)."""
-        line = self._cut.get(start)
+        line = self.cut.get(start)
         if line is None:
             data = self._data
             end = data.find(b"\n", start)
             raw = data[start : len(data) if end < 0 else end]
             text = raw.decode("utf-8", "replace").rstrip("\r")
             line = LogLine(self._chunk.path, self._chunk.offset + start, text, number)
-            self._cut[start] = line
+            self.cut[start] = line
         return line
 
 

@@ -72,7 +72,7 @@ def test_each_evidence_line_is_cut_once(monkeypatch: pytest.MonkeyPatch) -> None
     real = lines_mod.Lines.at
 
     def at(self: lines_mod.Lines, start: int, number: int) -> object:
-        if start not in self._cut:
+        if start not in self.cut:
             cut.append(start)
         return real(self, start, number)
 
