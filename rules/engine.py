@@ -139,7 +139,8 @@ class Engine:
         ``unrecognised`` finding. Request-log lines are never evidence.
         """
         data = chunk.data
-        self.lines_scanned += data.count(b"\n")
+        lines = Lines(chunk)
+        self.lines_scanned += lines.total()  # the one walk: it also indexes line numbers
         hits: dict[int, list[tuple[tuple[object, ...], Finding]]] = {}
         request_log: dict[int, bool] = {}
 
@@ -152,7 +153,6 @@ class Engine:
             hits.setdefault(start, []).append((key, finding))
 
         prefilter = self._prefilters.get(chunk.source)
-        lines = Lines(chunk)
         code_lines: list[int] = []
         unit_lines: list[int] = []
         quiet: set[int] = set()
