@@ -30,6 +30,7 @@ from ascend_doctor.agent.logwatch import LogWatch, log_sources
 from ascend_doctor.agent.profiling import ServerProfiler
 from ascend_doctor.agent.remediation import Context, HostTools, Remediator, StepResult
 from ascend_doctor.agent.requests import RequestRunner
+from ascend_doctor.agent.sdnotify import NOTIFY_VARS, Notifier, Watchdog, announce_ready
 from ascend_doctor.agent.server import ServerHandle
 from ascend_doctor.agent.supervisor import ExitDecision, Supervisor, http_probe
 from ascend_doctor.agent.telemetry import Telemetry
@@ -63,7 +64,10 @@ class Daemon:
         self.attach = attach
         self.state_dir = state_dir
         self.base_spec = spec
-        self.base_env = dict(os.environ if base_env is None else base_env)
+        # systemd's notify variables are the doctor's alone (sdnotify.py)
+        self.notifier = Notifier.from_environ(os.environ)
+        env = os.environ if base_env is None else base_env
+        self.base_env = {k: v for k, v in env.items() if k not in NOTIFY_VARS}
         self.store = Store.in_dir(state_dir)
         # alerts: a listener queues every alerting transition in the outbox (a bad sink is a
         # start-up error); the "alerts" task delivers it
@@ -263,6 +267,7 @@ class Daemon:
             asyncio.create_task(self.requests.run(), name="requests"),
             *(asyncio.create_task(r.run(), name=r.spec.name) for r in self.collectors),
         ]
+        tasks += self._systemd(tasks)
         process = self.server.process
         sup_task = None
         if process is not None:
@@ -275,6 +280,7 @@ class Daemon:
             if sup_task is not None and sup_task.done():
                 sup_task.result()
         finally:
+            self.notifier.notify("STOPPING=1")
             for t in tasks:
                 t.cancel()
             _, stuck = await asyncio.wait(tasks, timeout=10)
@@ -287,7 +293,22 @@ class Daemon:
             await self.logs.close()
             await self.telemetry.close()
             self.store.close()
+            self.notifier.close()
         return 1 if self.server.state == ProcessState.FATAL else 0
+
+    def _systemd(self, tasks: list[asyncio.Task[None]]) -> list[asyncio.Task[None]]:
+        """READY=1 after the first log pass (done) and the collectors' first runs; watchdog
+        pings from this loop while every task lives (``Type=notify``, ``WatchdogSec=``)."""
+        if not self.notifier.enabled:
+            return []
+        waits = [r.first_run for r in self.collectors if not r.spec.while_running]
+        mode = "attached to" if self.attach else "supervising" if self.base_spec else "observing"
+        out = [asyncio.create_task(announce_ready(self.notifier, waits, mode), name="ready")]
+        interval = self.notifier.watchdog_interval
+        if interval is not None:
+            dog = Watchdog(self.notifier, interval, lambda: tasks)
+            out.append(asyncio.create_task(dog.run(), name="watchdog"))
+        return out
 
     def shutdown(self) -> None:
         """Ask ``run()`` to stop the server and return."""
@@ -329,6 +350,7 @@ class Daemon:
             self._run_start = event.at
             self._verify_wanted.set()
         self.store.add_process_event(event)
+        self.notifier.notify(f"STATUS=server {event.state.value}")
         self.store.set_server(
             ServerStatus(
                 state=event.state,

@@ -110,8 +110,18 @@ def render_usages(dev: dict[str, Any], processes: list[dict[str, Any]]) -> str:
     )
 
 
+def vdie_id(dev: dict[str, Any]) -> str:
+    """A chip's VDie ID as npu-smi prints it: five words of 8 hex digits (the real layout:
+    Ascend/mind-cluster docs/en/faultdiag/user_guide/03_collecting_logs.md, ``npu-smi info
+    -i ${device_id} -c 0 -t board``: ``VDie ID : 42C711D4 20B03704 4A10C8D4 14CC040A
+    D2102003``); made up per card here, stable for a card id."""
+    n = int(dev["id"])
+    return " ".join(f"{(0x42C711D4 + n * 0x1F3 + i * 0x10203) & 0xFFFFFFFF:08X}" for i in range(5))
+
+
 def render_board(dev: dict[str, Any]) -> str:
-    """``npu-smi info -t board -i N -c C``."""
+    """``npu-smi info -t board -i N -c C`` (fields and order as in the source cited in
+    :func:`vdie_id`)."""
     return _pairs(
         [
             ("NPU ID", dev["id"]),
@@ -121,6 +131,10 @@ def render_board(dev: dict[str, Any]) -> str:
             ("NPU Name", f"Ascend{dev['name']}"),
             ("Chip Version", "V1"),
             ("Board ID", "0x33"),
+            ("PCB ID", "NA"),
+            ("BOM ID", 1),
+            ("VDie ID", vdie_id(dev)),
+            ("Chip Position ID", dev["id"]),
             ("PCIe Bus Info", dev["bus_id"]),
             ("Software Version", DRIVER_VERSION),
             ("Firmware Version", FIRMWARE_VERSION),

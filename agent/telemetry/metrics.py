@@ -1,9 +1,10 @@
-"""Metrics: every NPU, the server, and the doctor itself.
+"""Metrics: every NPU, the server as the doctor sees it, the incidents, the doctor itself.
 
-Device and server gauges are set from the collectors' samples as the store records them
-(``sample_added``); the doctor's own counters from its recorded findings and decisions and
-from a few hooks the daemon calls. Names follow the issue: ``npu.*`` per device with the
-``hw.*`` attributes, ``vllm.*`` for the server, ``doctor.*`` for the doctor.
+One name per metric everywhere (docs/telemetry.md has the table): the doctor's own under
+``ascend_doctor.*`` (``ascend_doctor_*`` in Prometheus), the devices in OpenTelemetry's
+hardware conventions (``device_metrics.py``), the server and its requests in
+``server_metrics.py``, the incidents and the budget in ``incident_metrics.py``. Things that
+happen are counters (``_total``), never only a last value; durations are histograms.
 """
 
 from __future__ import annotations
@@ -15,16 +16,14 @@ from typing import Any
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
 
-from ascend_doctor.agent.telemetry.resource import device_attributes
-from ascend_doctor.core.events import ActionResult, Finding
+from ascend_doctor.agent.telemetry.device_metrics import DeviceMetrics
+from ascend_doctor.agent.telemetry.incident_metrics import IncidentMetrics
+from ascend_doctor.agent.telemetry.server_metrics import SECONDS_BUCKETS, ServerMetrics
+from ascend_doctor.core.events import ActionResult, Finding, Incident, ProcessEvent
+from ascend_doctor.core.store_spans import SpanRecord
 
-MIB = 1024 * 1024
-
-
-def _num(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value)
+METER = "ascend_doctor"
+"""The instrumentation scope of every instrument here."""
 
 
 class DoctorMetrics:
@@ -36,46 +35,62 @@ class DoctorMetrics:
         *,
         lines_read: Callable[[], int] = lambda: 0,
         spans_dropped: Callable[[], dict[str, int]] = dict,
+        budget_per_hour: int = 6,
     ) -> None:
-        m = provider.get_meter("ascend_doctor")
+        m = provider.get_meter(METER)
         self._lines_read = lines_read
         self._spans_dropped = spans_dropped
         self._drained_at = time.monotonic()
-        # devices
-        self.hbm_used = m.create_gauge("npu.hbm.used", unit="By", description="HBM in use")
-        self.hbm_limit = m.create_gauge("npu.hbm.limit", unit="By", description="HBM size")
-        self.aicore = m.create_gauge(
-            "npu.aicore.utilization", unit="1", description="AI Core utilisation (0..1)"
-        )
-        self.temperature = m.create_gauge("npu.temperature", unit="Cel", description="Chip temp")
-        self.power = m.create_gauge("npu.power", unit="W", description="Chip power draw")
-        self.health = m.create_gauge(
-            "npu.health", unit="1", description="1 when npu-smi says OK, else 0"
-        )
-        # the server
-        self.running = m.create_gauge("vllm.num_requests.running", unit="{request}")
-        self.waiting = m.create_gauge("vllm.num_requests.waiting", unit="{request}")
-        self.kv_usage = m.create_gauge("vllm.kv_cache.usage", unit="1")
-        self.preemptions = m.create_counter("vllm.preemptions", unit="{preemption}")
-        self.ttft_p99 = m.create_gauge("vllm.time_to_first_token.p99", unit="s")
-        self.server_health = m.create_gauge("vllm.health", unit="1")
-        # the doctor
+        self.devices = DeviceMetrics(m)
+        self.server = ServerMetrics(m)
+        self.incidents = IncidentMetrics(m, budget_per_hour=budget_per_hour)
         m.create_observable_counter(
-            "doctor.log.lines", [self._observe_lines], unit="{line}", description="Lines read"
+            "ascend_doctor.log.lines",
+            [self._observe_lines],
+            unit="{line}",
+            description="Log lines read",
         )
-        self.findings = m.create_counter("doctor.findings", unit="{finding}")
-        self.remediations = m.create_counter("doctor.remediations", unit="{decision}")
+        self.findings = m.create_counter(
+            "ascend_doctor.findings", unit="{finding}", description="Findings recorded"
+        )
+        self.remediations = m.create_counter(
+            "ascend_doctor.remediations",
+            unit="{decision}",
+            description="Remediation decisions, taken or not, by action and outcome",
+        )
         m.create_observable_gauge(
-            "doctor.tail.lag",
+            "ascend_doctor.tail.lag",
             [self._observe_lag],
             unit="s",
             description="Seconds since the tailer last read every file to its end",
         )
-        self.collector_duration = m.create_histogram("doctor.collector.duration", unit="s")
-        self.collector_failures = m.create_counter("doctor.collector.failures", unit="{failure}")
-        m.create_observable_counter("doctor.spans.dropped", [self._observe_dropped], unit="{span}")
-        self.received_spans = m.create_counter("doctor.receiver.spans", unit="{span}")
-        self.rejected = m.create_counter("doctor.receiver.rejected", unit="{request}")
+        self.collector_duration = m.create_histogram(
+            "ascend_doctor.collector.duration",
+            unit="s",
+            description="Collector run time",
+            explicit_bucket_boundaries_advisory=SECONDS_BUCKETS,
+        )
+        self.collector_failures = m.create_counter(
+            "ascend_doctor.collector.failures",
+            unit="{failure}",
+            description="Failed collector runs",
+        )
+        m.create_observable_counter(
+            "ascend_doctor.spans.dropped",
+            [self._observe_dropped],
+            unit="{span}",
+            description="Spans lost on the way to the OTLP endpoint, by pipeline",
+        )
+        self.received_spans = m.create_counter(
+            "ascend_doctor.receiver.spans",
+            unit="{span}",
+            description="Server request spans received",
+        )
+        self.rejected = m.create_counter(
+            "ascend_doctor.receiver.rejected",
+            unit="{request}",
+            description="Receiver requests rejected, by reason",
+        )
 
     # -- callbacks (run by the metric reader) --------------------------------------------------
 
@@ -102,51 +117,32 @@ class DoctorMetrics:
             self.collector_failures.add(1, {"collector": name})
 
     def sample(self, collector: str, subject: str, data: dict[str, Any]) -> None:
-        """A stored sample: devices and the server become gauges."""
+        """A stored sample: npu-smi's feed the devices, vLLM's the server's probe."""
         if collector == "npu_smi":
-            self._device(subject, data)
+            self.devices.sample(subject, data)
         elif collector == "vllm":
-            self._server(data)
-
-    def _device(self, subject: str, data: dict[str, Any]) -> None:
-        attrs = device_attributes(subject, data)
-        health = str(data.get("health") or "")
-        if (v := _num(data.get("hbm_used_mb"))) is not None:
-            self.hbm_used.set(v * MIB, attrs)
-        if (v := _num(data.get("hbm_total_mb"))) is not None:
-            self.hbm_limit.set(v * MIB, attrs)
-        if (v := _num(data.get("aicore_pct"))) is not None:
-            self.aicore.set(v / 100.0, attrs)
-        if (v := _num(data.get("temp_c"))) is not None:
-            self.temperature.set(v, attrs)
-        if (v := _num(data.get("power_w"))) is not None:
-            self.power.set(v, attrs)
-        if health:
-            # no hw.state attribute: a gauge keeps every series, and a stale "OK" series
-            # would go on saying 1 after the device went bad
-            self.health.set(1 if health == "OK" else 0, attrs)
-
-    def _server(self, data: dict[str, Any]) -> None:
-        if (v := _num(data.get("health_status"))) is not None:
-            self.server_health.set(1 if v == 200 else 0)
-        for key, gauge in (
-            ("running", self.running),
-            ("waiting", self.waiting),
-            ("kv_cache_usage", self.kv_usage),
-            ("ttft_p99", self.ttft_p99),
-        ):
-            if (v := _num(data.get(key))) is not None:
-                gauge.set(v)
-        if (v := _num(data.get("preemptions_delta"))) is not None and v > 0:
-            self.preemptions.add(v)
+            self.server.sample(data)
 
     def finding(self, finding: Finding) -> None:
         """A stored finding."""
         self.findings.add(1, {"category": finding.category.value, "rule": finding.rule})
+        self.devices.finding(finding)
 
     def action(self, result: ActionResult) -> None:
         """A stored remediation decision."""
         self.remediations.add(1, {"action": result.name, "outcome": result.outcome.value})
 
+    def incident(self, before: Incident | None, after: Incident) -> None:
+        """A stored change of an incident."""
+        self.incidents.changed(before, after)
 
-__all__ = ["DoctorMetrics"]
+    def process_event(self, event: ProcessEvent) -> None:
+        """A stored change of the server's state."""
+        self.server.process_event(event)
+
+    def request_spans(self, spans: Iterable[SpanRecord]) -> None:
+        """The server's request spans, as the receiver accepted them."""
+        self.server.request_spans(spans)
+
+
+__all__ = ["METER", "DoctorMetrics"]

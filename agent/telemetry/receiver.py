@@ -114,6 +114,7 @@ class Receiver:
             self.accepted += len(spans)
             if self.metrics is not None:
                 self.metrics.received_spans.add(len(spans))
+                self.metrics.request_spans(spans)
             self._enqueue(spans)
         if ctype == "application/json":
             return Response(200, b"{}", "application/json")
