@@ -150,10 +150,14 @@ class NpuSmiCollector:
 
     name = COLLECTOR
 
-    def __init__(self, binary: str, *, timeout: float, usages: bool = False) -> None:
+    def __init__(
+        self, binary: str, *, timeout: float, usages: bool = False, board: bool = True
+    ) -> None:
         self.binary = binary
         self.timeout = timeout
         self.usages = usages
+        self.board = board
+        """Read each chip's board identity once (``model_name``, ``vdie_id``)."""
         self.parse_failures = 0
         self.last_raw = ""
         self.last_dcmi: tuple[int, str] | None = None
@@ -181,7 +185,8 @@ class NpuSmiCollector:
             self.last_raw = text[-8192:]
             raise CollectorError(str(exc), raw=self.last_raw) from None
         samples = samples_from_info(info, started)
-        await self._read_boards([s.subject for s in samples if s.subject not in self._boards])
+        if self.board:
+            await self._read_boards([s.subject for s in samples if s.subject not in self._boards])
         out = []
         for sample in samples:
             if sample.values.get("health") not in ("OK", None):

@@ -138,7 +138,8 @@ class Telemetry(StoreListener):
 
         timeout = min(self.config.collectors.npu_smi.timeout, 5.0)
         try:
-            return list(await NpuSmiCollector(self.npu_smi, timeout=timeout).collect())
+            smi = NpuSmiCollector(self.npu_smi, timeout=timeout, board=False)
+            return list(await smi.collect())
         except Exception as exc:  # no npu-smi, a hung one: telemetry goes on without hw.*
             log.info("telemetry: no NPU list for the resource: %s", exc)
             return []
