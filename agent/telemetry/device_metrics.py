@@ -95,20 +95,38 @@ class DeviceMetrics:
             description="NPU faults: each npu-smi error code as it appears, each device fault "
             "read from the logs (error_type is the code or the rule)",
         )
-        gauges: list[tuple[str, str, str, str, bool]] = [
-            ("hw.power", "power", "W", "Power drawn by the NPU board", False),
-            ("hw.npu.temperature", "temperature", "Cel", "NPU chip temperature", False),
-            ("hw.npu.utilization", "utilization", "1", "AI Core busy, 0..1", False),
-            ("hw.npu.memory.usage", "memory.usage", "By", "NPU HBM in use", True),
-            ("hw.npu.memory.limit", "memory.limit", "By", "NPU HBM size", True),
-        ]
-        for name, key, unit, text, additive in gauges:
-            make = (
-                meter.create_observable_up_down_counter
-                if additive
-                else meter.create_observable_gauge
-            )
-            make(name, [self._observer(key)], unit=unit, description=text)
+        meter.create_observable_gauge(
+            "hw.power",
+            [self._observer("power")],
+            unit="W",
+            description="Power drawn by the NPU board",
+        )
+        meter.create_observable_gauge(
+            "hw.npu.temperature",
+            [self._observer("temperature")],
+            unit="Cel",
+            description="NPU chip temperature",
+        )
+        meter.create_observable_gauge(
+            "hw.npu.utilization",
+            [self._observer("utilization")],
+            unit="1",
+            description="AI Core busy, 0..1",
+        )
+        # additive (a host's HBM is the sum of its cards'): up-down counters, as the
+        # conventions' hw.gpu.memory.usage and .limit
+        meter.create_observable_up_down_counter(
+            "hw.npu.memory.usage",
+            [self._observer("memory.usage")],
+            unit="By",
+            description="NPU HBM in use",
+        )
+        meter.create_observable_up_down_counter(
+            "hw.npu.memory.limit",
+            [self._observer("memory.limit")],
+            unit="By",
+            description="NPU HBM size",
+        )
 
     # -- callbacks -----------------------------------------------------------------------------
 
