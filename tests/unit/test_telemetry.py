@@ -331,57 +331,6 @@ def test_bad_telemetry_config_stops_start_up(tmp_path: Path) -> None:
     store.close()
 
 
-def test_device_and_server_samples_become_metrics() -> None:
-    from opentelemetry.sdk.metrics import MeterProvider
-    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-
-    from ascend_doctor.agent.telemetry.metrics import DoctorMetrics
-
-    reader = InMemoryMetricReader()
-    provider = MeterProvider(metric_readers=[reader], shutdown_on_exit=False)
-    m = DoctorMetrics(provider, lines_read=lambda: 42, spans_dropped=lambda: {"doctor": 3})
-    for npu in range(8):
-        health = "Warning" if npu == 3 else "OK"
-        m.sample(
-            "npu_smi",
-            f"npu{npu}",
-            {"health": health, "hbm_used_mb": 1024, "hbm_total_mb": 65536, "aicore_pct": 50,
-             "temp_c": 40, "power_w": 90.5, "name": "910B3", "driver_version": "24.1.rc2"},
-        )  # fmt: skip
-    m.sample("vllm", "server", {"running": 2, "waiting": 1, "kv_cache_usage": 0.5,
-                                "ttft_p99": 0.2, "preemptions_delta": 2.0})  # fmt: skip
-    m.finding(finding())
-    m.action(ActionResult("restart", {}, Outcome.OK, "", T0))
-    m.collector_run("npu_smi", 0.05, ok=False)
-    data = reader.get_metrics_data()
-    assert data is not None
-    points: dict[str, list[tuple[dict[str, object], float]]] = {}
-    for rm in data.resource_metrics:
-        for sm in rm.scope_metrics:
-            for metric in sm.metrics:
-                for p in metric.data.data_points:
-                    value = getattr(p, "value", None)
-                    points.setdefault(metric.name, []).append(
-                        (dict(p.attributes or {}), float(value if value is not None else p.sum))
-                    )
-    health = {a["hw.id"]: v for a, v in points["npu.health"]}
-    assert health == {f"npu{i}": (0.0 if i == 3 else 1.0) for i in range(8)}
-    used = points["npu.hbm.used"]
-    assert len(used) == 8 and used[0][1] == 1024 * 1024 * 1024
-    assert used[0][0]["hw.model"] == "Ascend 910B3"
-    assert used[0][0]["hw.driver_version"] == "24.1.rc2"
-    assert points["npu.aicore.utilization"][0][1] == 0.5
-    assert points["vllm.num_requests.running"] == [({}, 2.0)]
-    assert points["vllm.kv_cache.usage"] == [({}, 0.5)]
-    assert points["vllm.preemptions"] == [({}, 2.0)]
-    assert points["doctor.log.lines"] == [({}, 42.0)]
-    assert points["doctor.spans.dropped"] == [({"pipeline": "doctor"}, 3.0)]
-    assert points["doctor.remediations"] == [({"action": "restart", "outcome": "ok"}, 1.0)]
-    assert points["doctor.collector.failures"] == [({"collector": "npu_smi"}, 1.0)]
-    assert points["doctor.findings"][0][0]["category"] == "npu_oom"
-    provider.shutdown()
-
-
 @pytest.mark.parametrize("only", ["TRACES", "METRICS"])
 async def test_one_signal_endpoint_exports_only_that_signal(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, only: str
