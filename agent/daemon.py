@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import shutil
 import time
 import zlib
 from collections.abc import Mapping, Sequence
@@ -30,17 +29,19 @@ from ascend_doctor.agent.logwatch import LogWatch, log_sources
 from ascend_doctor.agent.profiling import ServerProfiler
 from ascend_doctor.agent.remediation import Context, HostTools, Remediator, StepResult
 from ascend_doctor.agent.requests import RequestRunner
-from ascend_doctor.agent.sdnotify import NOTIFY_VARS, Notifier, Watchdog, announce_ready
-from ascend_doctor.agent.server import ServerHandle
-from ascend_doctor.agent.supervisor import ExitDecision, Supervisor, http_probe
+from ascend_doctor.agent.server import ServerHandle, build_process
+from ascend_doctor.agent.server_version import VersionWatch
+from ascend_doctor.agent.supervisor import ExitDecision, Supervisor
 from ascend_doctor.agent.telemetry import Telemetry
 from ascend_doctor.agent.verify import Verifier
 from ascend_doctor.collectors import CollectorContext
+from ascend_doctor.collectors.npu_smi import npu_smi_binary
 from ascend_doctor.core.config import Config
 from ascend_doctor.core.events import Finding, ProcessEvent, ProcessState, Sample
 from ascend_doctor.core.launch import LaunchSpec, server_spec
 from ascend_doctor.core.procs import process_start
-from ascend_doctor.core.records import DoctorStatus, LaunchRecord, ProfilingSetup, ServerStatus
+from ascend_doctor.core.records import DoctorStatus, LaunchRecord, ServerStatus
+from ascend_doctor.core.sdnotify import NOTIFY_VARS, Notifier, systemd_tasks
 from ascend_doctor.core.store import Store
 from ascend_doctor.rules import Engine, RuleSet
 
@@ -135,6 +136,7 @@ class Daemon:
             self.incidents, config.remediation, self.remediator.record, lambda: self.server_url
         )
         self.collectors = self._collectors()
+        self.versions = VersionWatch(self.store, lambda: self.server_url, config.profiling.enabled)
         self._stop = asyncio.Event()
         self._verify_wanted = asyncio.Event()
         self._run_start = 0.0  # wall time the server last became RUNNING
@@ -174,8 +176,14 @@ class Daemon:
         if self.base_spec is None:
             return LaunchSpec(())
         traces = self.telemetry.receiver_url() if self.config.tracing.capture_server else None
+        known = self.store.server_version()
         return server_spec(
-            self.base_spec, self.store.overrides(), self.config.profiling, self.torch_dir, traces
+            self.base_spec,
+            self.store.overrides(),
+            self.config.profiling,
+            self.torch_dir,
+            traces,
+            known.vllm if known is not None else None,
         )
 
     def _server_env(self) -> dict[str, str]:
@@ -185,30 +193,19 @@ class Daemon:
         return env
 
     def _npu_smi_binary(self) -> str:
-        path = self.config.collectors.npu_smi.path
-        return shutil.which(path, path=self._server_env().get("PATH")) or path
+        return npu_smi_binary(self.config.collectors.npu_smi.path, self._server_env())
 
     def _process(self) -> Supervisor | AttachedServer | None:
-        if self.attach is not None:
-            return AttachedServer(
-                self.attach,
-                self.config.server,
-                probe=http_probe(self.server_url),
-                on_change=self._on_change,
-                on_exit=self._on_exit,
-                command_timeout=self.config.remediation.command_timeout,
-            )
-        if self.base_spec is not None:
-            return Supervisor(
-                self.effective_spec,
-                self.config.server,
-                self.log_path,
-                probe=http_probe(self.server_url),
-                on_change=self._on_change,
-                on_exit=self._on_exit,
-                base_env=self.base_env,
-            )
-        return None
+        return build_process(
+            self.config,
+            attach=self.attach,
+            spec=self.effective_spec if self.base_spec is not None else None,
+            url=self.server_url,
+            log_path=self.log_path,
+            on_change=self._on_change,
+            on_exit=self._on_exit,
+            base_env=self.base_env,
+        )
 
     def _collectors(self) -> list[CollectorRunner]:
         cfg = self.config.collectors
@@ -230,12 +227,7 @@ class Daemon:
     async def run(self) -> int:
         """Run until ``shutdown()``; returns the exit status for the CLI."""
         if self.base_spec is not None:
-            if self.config.profiling.enabled:
-                self.torch_dir.mkdir(parents=True, exist_ok=True)
-                prof = self.config.profiling
-                self.store.set_profiling(
-                    ProfilingSetup(str(self.torch_dir), self.server_url, prof.msprof)
-                )
+            self.profiler.prepare()
             self.store.set_launch(LaunchRecord(self.base_spec.argv, dict(self.base_spec.env)))
         await self.telemetry.start()
         self.logs.start()
@@ -267,11 +259,14 @@ class Daemon:
             asyncio.create_task(self.requests.run(), name="requests"),
             *(asyncio.create_task(r.run(), name=r.spec.name) for r in self.collectors),
         ]
-        tasks += self._systemd(tasks)
+        waits = [r.first_run for r in self.collectors if not r.spec.while_running]
+        mode = "attached to" if self.attach else "supervising" if self.base_spec else "observing"
+        tasks += systemd_tasks(self.notifier, waits, mode, lambda: tasks)
         process = self.server.process
         sup_task = None
         if process is not None:
             if isinstance(process, Supervisor):
+                await self.versions.before_start(self.base_spec, self._server_env())
                 process.start()  # an attached server runs already
             sup_task = asyncio.create_task(process.run(), name="supervisor")
             sup_task.add_done_callback(lambda _: self._stop.set())
@@ -295,20 +290,6 @@ class Daemon:
             self.store.close()
             self.notifier.close()
         return 1 if self.server.state == ProcessState.FATAL else 0
-
-    def _systemd(self, tasks: list[asyncio.Task[None]]) -> list[asyncio.Task[None]]:
-        """READY=1 after the first log pass (done) and the collectors' first runs; watchdog
-        pings from this loop while every task lives (``Type=notify``, ``WatchdogSec=``)."""
-        if not self.notifier.enabled:
-            return []
-        waits = [r.first_run for r in self.collectors if not r.spec.while_running]
-        mode = "attached to" if self.attach else "supervising" if self.base_spec else "observing"
-        out = [asyncio.create_task(announce_ready(self.notifier, waits, mode), name="ready")]
-        interval = self.notifier.watchdog_interval
-        if interval is not None:
-            dog = Watchdog(self.notifier, interval, lambda: tasks)
-            out.append(asyncio.create_task(dog.run(), name="watchdog"))
-        return out
 
     def shutdown(self) -> None:
         """Ask ``run()`` to stop the server and return."""
@@ -349,6 +330,7 @@ class Daemon:
         if event.state == ProcessState.RUNNING:
             self._run_start = event.at
             self._verify_wanted.set()
+            self.versions.running()
         self.store.add_process_event(event)
         self.notifier.notify(f"STATUS=server {event.state.value}")
         self.store.set_server(

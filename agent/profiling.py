@@ -10,7 +10,9 @@ Two ways in (FORMATS.md sections 4 and 5):
   ``msprof --dynamic=on --pid=PID --output=DIR``, driven by ``start``/``stop``/``quit`` on
   its prompt; the capture lands in a new ``PROF_*`` directory under DIR.
 
-Each capture is recorded as an artifact (kind, path, size, time span) in the store.
+Each capture is recorded as an artifact (kind, path, size, time span) in the store, with
+the analysis of it (``collectors/profiling``: the step split, top operators, copies, the
+slow rank; msprof-analyze's advisor where it is installed) as its ``analysis``.
 """
 
 from __future__ import annotations
@@ -21,13 +23,15 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
 
+from ascend_doctor.collectors.profiling import analyze, render_text
 from ascend_doctor.core.config import ProfilingConfig
 from ascend_doctor.core.errors import RemediationError
-from ascend_doctor.core.records import Artifact
+from ascend_doctor.core.records import Artifact, ProfileSummary, ProfilingSetup
 from ascend_doctor.core.store import Store
 
 TORCH_KIND = "torch_profile"
@@ -51,6 +55,34 @@ def record_artifact(state_dir: Path, artifact: Artifact) -> None:
         store.add_artifact(artifact)
     finally:
         store.close()
+
+
+def capture_dirs(art: Artifact) -> list[Path]:
+    """The directories of one capture: a torch capture writes one ``*_ascend_pt`` per rank
+    (each worker its own), all created after the capture started; msprof writes one."""
+    top = Path(art.path)
+    if art.kind != TORCH_KIND or not top.parent.is_dir():
+        return [top]
+    # A second of slack: the directory's time and time.time() come from different clocks.
+    siblings = [
+        p
+        for p in top.parent.glob("*_ascend_pt")
+        if p.is_dir() and not p.is_symlink() and p.stat().st_mtime >= art.started_at - 1.0
+    ]
+    return sorted({top, *siblings})
+
+
+def summarize(art: Artifact, advisor: bool = True) -> Artifact:
+    """``art`` with the analysis of its capture; a capture that cannot be read says why
+    in its summary instead (the capture itself is kept either way)."""
+    try:
+        report = analyze(capture_dirs(art), advisor=advisor)
+    except (OSError, ValueError) as exc:
+        summary = ProfileSummary(f"analysis failed: {exc}", "")
+    else:
+        slow = report.slowest.rank if report.slowest is not None else None
+        summary = ProfileSummary(report.headline, render_text(report), slow, report.advisor_status)
+    return replace(art, analysis=summary)
 
 
 def _new_dirs(root: Path, pattern: str, before: set[Path]) -> list[Path]:
@@ -109,12 +141,50 @@ async def torch_start(client: httpx.AsyncClient, url: str) -> bool:
     return True
 
 
+PROGRESS_WINDOW = 1.0
+"""Seconds between the two /metrics reads that tell a busy engine from a stuck one."""
+
+
+def _running_and_tokens(text: str) -> tuple[float, float]:
+    running = tokens = 0.0
+    for line in text.splitlines():
+        if line.startswith("vllm:num_requests_running{"):
+            running += float(line.rsplit(" ", 1)[1])
+        elif line.startswith("vllm:generation_tokens_total{"):
+            tokens += float(line.rsplit(" ", 1)[1])
+    return running, tokens
+
+
+async def check_progress(
+    client: httpx.AsyncClient, url: str, window: float = PROGRESS_WINDOW
+) -> None:
+    """Refuse (ProfileError) when the engine has requests running and generates nothing: vLLM
+    routes /start_profile and /stop_profile through the engine's busy loop, so they would wait
+    on a stuck step forever."""
+    try:
+        running, before = _running_and_tokens((await client.get(f"{url}/metrics")).text)
+        if running <= 0:
+            return
+        await asyncio.sleep(window)
+        running, after = _running_and_tokens((await client.get(f"{url}/metrics")).text)
+    except (httpx.HTTPError, ValueError, IndexError):
+        return  # no metrics to judge by: the request timeouts still bound the capture
+    if running > 0 and after <= before:
+        raise ProfileError(
+            f"the engine has {running:g} requests running and generated no token in "
+            f"{window:g}s: a profile request would wait on its stuck step"
+        )
+
+
 async def torch_capture(
     url: str, profiler_dir: Path, duration: float, timeout: float, started: bool = False
 ) -> Artifact:
-    """Start (unless ``started``), wait, stop, and locate the new ``*_ascend_pt`` directory."""
+    """Start (unless ``started``), wait, stop, and locate the new ``*_ascend_pt`` directory.
+    Every request is bounded by ``timeout``; a stuck engine is refused before the start."""
     before = set(profiler_dir.glob("*_ascend_pt")) if profiler_dir.is_dir() else set()
     async with httpx.AsyncClient(trust_env=False, timeout=timeout) as client:
+        if not started:
+            await check_progress(client, url)
         began = time.time()
         if not started and not await torch_start(client, url):
             raise ProfileError(
@@ -227,6 +297,14 @@ class ServerProfiler:
         self.torch_dir = torch_dir
         """Where the server writes its torch traces (``--profiler-config``)."""
 
+    def prepare(self) -> None:
+        """Before the server starts with ``profiling.enabled``: the folder its torch traces go
+        to, and the setup in the store for ``ascend-doctor profile``."""
+        if self.config.enabled:
+            self.torch_dir.mkdir(parents=True, exist_ok=True)
+            setup = ProfilingSetup(str(self.torch_dir), self._url(), self.config.msprof)
+            self.store.set_profiling(setup)
+
     async def capture(self) -> Artifact:
         """One capture of ``profiling.capture_seconds``, recorded; ProfileError when the
         server has no profiler."""
@@ -235,5 +313,8 @@ class ServerProfiler:
         art = await torch_capture(
             self._url(), self.torch_dir, self.config.capture_seconds, timeout=60
         )
+        # Reading a capture is CPU-bound for a second or more (bench/profile_analysis.py: 0.9 s
+        # for 30 MiB) and the advisor for minutes: off the daemon's loop.
+        art = await asyncio.to_thread(summarize, art, self.config.advisor)
         self.store.add_artifact(art)
         return art

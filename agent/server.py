@@ -4,12 +4,14 @@ observes). Remediation and the decider see it through :class:`ServerHandle`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
 from typing import Protocol
 
-from ascend_doctor.agent.attach import AttachedServer
-from ascend_doctor.agent.supervisor import Supervisor
-from ascend_doctor.core.events import ProcessState
+from ascend_doctor.agent.attach import AttachedServer, AttachSpec
+from ascend_doctor.agent.supervisor import ExitDecision, Supervisor, http_probe
+from ascend_doctor.core.config import Config
+from ascend_doctor.core.events import ProcessEvent, ProcessState
 from ascend_doctor.core.launch import LaunchSpec
 
 
@@ -125,4 +127,39 @@ class ServerHandle:
             await self.process.restart(reason)
 
 
-__all__ = ["ServerHandle", "ServerProcess"]
+def build_process(
+    config: Config,
+    *,
+    attach: AttachSpec | None,
+    spec: Callable[[], LaunchSpec] | None,
+    url: str,
+    log_path: Path,
+    on_change: Callable[[ProcessEvent], None],
+    on_exit: Callable[[ProcessEvent], Awaitable[ExitDecision]],
+    base_env: Mapping[str, str],
+) -> Supervisor | AttachedServer | None:
+    """What runs or follows the server: the supervisor for a command, an attached server for
+    ``--attach``, nothing when the doctor only observes."""
+    if attach is not None:
+        return AttachedServer(
+            attach,
+            config.server,
+            probe=http_probe(url),
+            on_change=on_change,
+            on_exit=on_exit,
+            command_timeout=config.remediation.command_timeout,
+        )
+    if spec is not None:
+        return Supervisor(
+            spec,
+            config.server,
+            log_path,
+            probe=http_probe(url),
+            on_change=on_change,
+            on_exit=on_exit,
+            base_env=base_env,
+        )
+    return None
+
+
+__all__ = ["ServerHandle", "ServerProcess", "build_process"]

@@ -31,7 +31,16 @@ from ascend_doctor.sim.host import SimHost
 from ascend_doctor.sim.scenarios import Scenario, list_scenarios, load_scenario
 
 SCENARIO_DEADLINE = 45.0  # seconds one scenario may take before it counts as not recovered
-TOUR = ("kv-cache", "npu-oom", "device-fault", "graph-capture", "hang", "device-busy", "crash-loop")
+TOUR = (
+    "kv-cache",
+    "npu-oom",
+    "device-fault",
+    "graph-capture",
+    "hang",
+    "slow-decode",
+    "device-busy",
+    "crash-loop",
+)
 """The order of the tour: the fixes first, then what only a human can fix."""
 
 
@@ -66,10 +75,15 @@ def demo_config() -> Config:
         collectors=dataclasses.replace(
             base.collectors,
             npu_smi=dataclasses.replace(base.collectors.npu_smi, interval=1.0, timeout=5.0),
-            vllm=dataclasses.replace(base.collectors.vllm, interval=1.0),
+            # the latency baseline is the first healthy seconds, not the first hour
+            vllm=dataclasses.replace(base.collectors.vllm, interval=1.0, baseline_seconds=4.0),
             process=dataclasses.replace(base.collectors.process, interval=1.0),
         ),
         rules=dataclasses.replace(base.rules, dirs=(*base.rules.dirs, str(_demo_rules()))),
+        # the slow-decode scenario's capture_profile; the advisor would take most of the tour
+        profiling=dataclasses.replace(
+            base.profiling, enabled=True, capture_seconds=2.0, advisor=False
+        ),
     )
 
 
@@ -91,6 +105,8 @@ def _sim_paths(config: Config, host: SimHost) -> Config:
                 config.collectors.npu_smi, path=str(host.bin_dir / "npu-smi")
             ),
         ),
+        # the host's /var/log/messages: where the NPU driver reports a lost heartbeat
+        logs=dataclasses.replace(config.logs, paths=(*config.logs.paths, str(host.kernel_log))),
     )
 
 
@@ -102,7 +118,12 @@ def free_port() -> int:
 
 
 def run_demo(
-    names: list[str], state_dir: Path | None, config: Config | None, *, verbose: bool = False
+    names: list[str],
+    state_dir: Path | None,
+    config: Config | None,
+    *,
+    verbose: bool = False,
+    sim_version: str | None = None,
 ) -> bool:
     """Run scenarios; True when every one ended as its scenario expects."""
     known = list_scenarios()
@@ -114,9 +135,17 @@ def run_demo(
     state_dir = state_dir or work / "state"
     state_dir.mkdir(parents=True, exist_ok=True)
     setup_logging(verbose, None if verbose else state_dir / "doctor.log")
-    host = SimHost.create(work / "host")
+    try:
+        host = SimHost.create(work / "host", vllm_version=sim_version)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     base = _sim_paths(config or demo_config(), host)
+    v = host.version
     click.echo(f"simulated Atlas 800T A2 (8 x 910B3) in {host.root}")
+    click.echo(
+        f"serving stack: vLLM {v.vllm}, vLLM-Ascend {v.vllm_ascend}, torch_npu {v.torch_npu}, "
+        f"CANN {v.cann}"
+    )
     click.echo(f"state dir: {state_dir}\n")
     results = []
     t0 = time.monotonic()

@@ -7,6 +7,7 @@ lines by file and line), then symptoms, then a timeline.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import tarfile
@@ -17,7 +18,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from ascend_doctor.collectors.logs import read_chunks, source_kind
+from ascend_doctor.core.errors import StoreError
 from ascend_doctor.core.events import Finding, Role
+from ascend_doctor.core.records import Artifact, decode
 from ascend_doctor.rules import Engine, RuleSet
 
 SNIFF = 8192
@@ -54,6 +57,8 @@ class Diagnosis:
     files_read: int = 0
     lines_read: int = 0
     unreadable: list[dict[str, str]] = field(default_factory=list)
+    profiles: list[dict[str, Any]] = field(default_factory=list)
+    """Captured profiles a bundle's store holds, with their analysis."""
 
 
 def _files(paths: list[Path]) -> Iterator[tuple[str, Callable[[], IO[bytes]] | None, str]]:
@@ -94,6 +99,36 @@ def _one(path: Path) -> Iterator[tuple[str, Callable[[], IO[bytes]] | None, str]
     yield str(path), _opener(path), ""
 
 
+def bundle_profiles(path: Path) -> list[dict[str, Any]]:
+    """The profiles a bundle's ``store/meta.json`` records, each with its stored analysis."""
+    try:
+        with tarfile.open(path) as tar:
+            member = next(
+                (m for m in tar.getmembers() if m.name.endswith("/store/meta.json")), None
+            )
+            data = tar.extractfile(member) if member is not None else None
+            meta = json.loads(data.read()) if data is not None else {}
+    except (OSError, tarfile.TarError, ValueError):
+        return []
+    raw = meta.get("artifacts") if isinstance(meta, dict) else None
+    out = []
+    for item in raw if isinstance(raw, list) else []:
+        try:
+            art = decode(Artifact, item, "artifacts")
+        except StoreError:
+            continue
+        out.append(
+            {
+                "kind": art.kind,
+                "path": art.path,
+                "started_at": art.started_at,
+                "headline": art.analysis.headline if art.analysis else "not analysed",
+                "report": art.analysis.report if art.analysis else "",
+            }
+        )
+    return out
+
+
 def _const(stream: IO[bytes]) -> Callable[[], IO[bytes]]:
     return lambda: stream
 
@@ -108,6 +143,9 @@ def diagnose(
     """Scan everything under ``paths``; unreadable files are listed, never fatal."""
     engine = Engine(rules, clock=lambda: 0.0)
     result = Diagnosis()
+    for path in paths:
+        if path.is_file() and path.name.endswith((".tar.gz", ".tgz", ".tar")):
+            result.profiles += bundle_profiles(path)
     for index, (label, opener, error) in enumerate(_files(paths)):
         if opener is None:
             result.unreadable.append({"path": label, "error": error})
@@ -241,6 +279,7 @@ def report(result: Diagnosis, rules: RuleSet) -> dict[str, Any]:
         "files_read": result.files_read,
         "lines_read": result.lines_read,
         "unreadable": result.unreadable,
+        "profiles": result.profiles,
     }
 
 

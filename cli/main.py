@@ -144,6 +144,11 @@ def run_watch(config: Config, state_dir: Path, spec: Any, *, attach: Any = None)
 @config_option
 @click.option("-v", "--verbose", is_flag=True, help="Doctor logs on stderr instead of a file.")
 @click.option("--tui", "with_tui", is_flag=True, help="Watch it happen in the TUI.")
+@click.option(
+    "--sim-version",
+    default=None,
+    help="vLLM / vLLM-Ascend release line the simulated host runs (0.11, 0.13, 0.18, 0.23).",
+)
 def demo(
     scenarios: tuple[str, ...],
     list_only: bool,
@@ -151,6 +156,7 @@ def demo(
     config_path: Path | None,
     verbose: bool,
     with_tui: bool,
+    sim_version: str | None,
 ) -> None:
     """Run the doctor on a simulated Ascend host through fault scenarios."""
     from ascend_doctor.cli import demo as demo_mod
@@ -165,7 +171,9 @@ def demo(
         sys.exit(demo_with_tui(scenarios, state_dir))
     config = config_from(config_path) if config_path else None
     try:
-        ok = demo_mod.run_demo(list(scenarios), state_dir, config, verbose=verbose)
+        ok = demo_mod.run_demo(
+            list(scenarios), state_dir, config, verbose=verbose, sim_version=sim_version
+        )
     except DoctorError as exc:
         raise click.ClickException(str(exc)) from None
     sys.exit(0 if ok else 1)
@@ -276,6 +284,12 @@ def _print_report(rep: dict[str, Any]) -> None:
         click.echo("\nTIMELINE")
     for t in rep["timeline"][:200]:
         click.echo(f"  {t['at'] or '?':26} {t['role']:7} {t['rule']:36} {t['path']}:{t['line']}")
+    if rep.get("profiles"):
+        click.echo("\nPROFILES (captured by the doctor, newest last)")
+    for prof in rep.get("profiles", []):
+        click.echo(f"  {prof['kind']} {prof['path']}: {prof['headline']}")
+    if rep.get("profiles") and rep["profiles"][-1]["report"]:
+        click.echo("\n" + rep["profiles"][-1]["report"].rstrip())
     for u in rep["unreadable"]:
         click.echo(f"unreadable: {u['path']}: {u['error']}", err=True)
 

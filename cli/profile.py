@@ -1,13 +1,14 @@
-"""``ascend-doctor profile``: capture a profile of the live server and record it (the
-capture itself is ``agent/profiling.py``, shared with the daemon)."""
+"""``ascend-doctor profile``: capture a profile of the live server, analyse it and record it
+(the capture itself is ``agent/profiling.py``, shared with the daemon); ``ascend-doctor
+profile analyze DIR`` reads any capture (``collectors/profiling``)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import click
 import httpx
@@ -16,13 +17,17 @@ from ascend_doctor.agent.profiling import (
     MODES,
     TORCH_KIND,
     ProfileError,
+    check_progress,
     find_msprof,
     msprof_capture,
     record_artifact,
+    summarize,
     torch_capture,
     torch_start,
 )
+from ascend_doctor.collectors.profiling import analyze, render_text
 from ascend_doctor.core.errors import DoctorError
+from ascend_doctor.core.procs import npu_process
 from ascend_doctor.core.records import Artifact
 from ascend_doctor.core.store import Store
 
@@ -81,6 +86,7 @@ async def _auto(req: Request, url: str) -> tuple[Artifact, str]:
     else:
         try:
             async with httpx.AsyncClient(trust_env=False, timeout=req.timeout) as client:
+                await check_progress(client, url)
                 started = await torch_start(client, url)
         except ProfileError as exc:
             why_not.append(f"torch: {exc}")
@@ -111,9 +117,12 @@ def _show(art: Artifact, why: str) -> None:
         f"artifact {art.kind}: {art.path} ({art.size_bytes} bytes, "
         f"{art.ended_at - art.started_at:.1f}s captured)"
     )
+    if art.analysis is not None:
+        click.echo("")
+        click.echo(art.analysis.report or art.analysis.headline, nl=False)
 
 
-@click.command("profile")
+@click.group("profile", invoke_without_command=True)
 @click.option(
     "--mode",
     type=click.Choice(MODES),
@@ -159,7 +168,12 @@ def _show(art: Artifact, why: str) -> None:
     default=None,
     help="Record the artifact in this state dir's store.",
 )
+@click.option(
+    "--no-advisor", is_flag=True, help="Do not run msprof-analyze's advisor on the capture."
+)
+@click.pass_context
 def profile(
+    ctx: click.Context,
     mode: str,
     duration: float,
     output: Path | None,
@@ -169,8 +183,12 @@ def profile(
     msprof_path: str | None,
     timeout: float,
     state_dir: Path | None,
+    no_advisor: bool,
 ) -> None:
-    """Capture a profile of the live server (torch profiler or msprof) and record it."""
+    """Capture a profile of the live server (torch profiler or msprof), analyse it and
+    record it; `profile analyze DIR` reads a capture already on disk."""
+    if ctx.invoked_subcommand is not None:
+        return
     if duration < 0:
         raise click.ClickException(f"--duration is {duration}: expected seconds >= 0")
     if state_dir is not None:
@@ -182,6 +200,7 @@ def profile(
         art, why = asyncio.run(capture(req))
         if art.kind == TORCH_KIND and output is not None:
             art = _copy(art, output)
+        art = summarize(art, advisor=not no_advisor)
         if state_dir is not None:
             record_artifact(state_dir, art)
     except (DoctorError, OSError) as exc:
@@ -210,7 +229,8 @@ def _from_state(
     if url is None and prof.url:
         url = prof.url
     if pid is None and prof.msprof and server is not None and server.state.value == "RUNNING":
-        pid = server.pid
+        # msprof attaches to the process on the card, not to vLLM's API server
+        pid = npu_process(server.pid) if server.pid is not None else None
     return url, profiler_dir, pid
 
 
@@ -220,5 +240,23 @@ def _copy(art: Artifact, output: Path) -> Artifact:
     dst = output.absolute() / src.name
     if dst.resolve() != src.resolve():
         shutil.copytree(src, dst, dirs_exist_ok=True)
-    fields: dict[str, Any] = {**asdict(art), "path": str(dst.resolve())}
-    return Artifact(**fields)
+    return replace(art, path=str(dst.resolve()))
+
+
+@profile.command("analyze")
+@click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="The report as one JSON object.")
+@click.option(
+    "--no-advisor", is_flag=True, help="Do not run msprof-analyze's advisor (when installed)."
+)
+def analyze_command(directory: Path, as_json: bool, no_advisor: bool) -> None:
+    """Where the time goes in a capture: per rank the step split (computing, communication
+    not overlapped, free), top operators, host<->device copies, collectives, and the slow
+    rank; msprof-analyze's high-priority findings where it is installed."""
+    report = analyze(directory, advisor=not no_advisor)
+    if as_json:
+        click.echo(json.dumps(report.to_dict(), indent=2))
+    else:
+        click.echo(render_text(report), nl=False)
+    if not report.ranks:
+        raise SystemExit(2)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -20,14 +21,17 @@ from ascend_doctor.collectors.base import CollectorSpec
 from ascend_doctor.collectors.npu_smi_format import (
     COLLECTOR,
     HEALTH_STATES,
+    RESET_ANSWERS,
     NpuDevice,
     NpuInfo,
     NpuProcess,
     NpuSmiResult,
+    ResetResult,
     board_identity,
     dcmi_error,
     parse_info,
     parse_pairs,
+    parse_reset,
     samples_from_info,
 )
 from ascend_doctor.core.errors import CollectorError
@@ -66,14 +70,23 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
+def npu_smi_binary(path: str, env: Mapping[str, str]) -> str:
+    """The npu-smi binary as the server's ``PATH`` finds it (``path`` itself otherwise)."""
+    return shutil.which(path, path=env.get("PATH")) or path
+
+
 async def run_npu_smi(
     path: str,
     args: Sequence[str],
     *,
     timeout: float,
     env: Mapping[str, str] | None = None,
+    answers: str | None = None,
 ) -> NpuSmiResult:
     """Run ``path args...`` (no shell) in its own process group, with a hard ``timeout``.
+
+    ``answers`` is written to its stdin, then stdin is closed (npu-smi reads its confirmations
+    there: a closed stdin answers none, so a reset aborts); without it stdin is /dev/null.
 
     On timeout the whole group is killed with SIGKILL and reaped, and the result has
     ``timed_out=True`` and ``returncode=None``; the call never waits much longer than
@@ -87,7 +100,7 @@ async def run_npu_smi(
         transport, capture = await loop.subprocess_exec(
             lambda: _Capture(loop),
             *argv,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL if answers is None else subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
@@ -101,6 +114,11 @@ async def run_npu_smi(
         raise CollectorError(f"npu-smi could not start: {path}: {exc.strerror or exc}") from None
 
     pid = transport.get_pid()
+    if answers is not None:
+        pipe = transport.get_pipe_transport(0)
+        if isinstance(pipe, asyncio.WriteTransport):
+            pipe.write(answers.encode())
+            pipe.close()
     try:
         await asyncio.wait([capture.exited], timeout=max(timeout, 0.0))
         timed_out = not capture.exited.done()
@@ -267,15 +285,19 @@ SPEC = CollectorSpec(
 __all__ = [
     "COLLECTOR",
     "HEALTH_STATES",
+    "RESET_ANSWERS",
     "SPEC",
     "NpuDevice",
     "NpuInfo",
     "NpuProcess",
     "NpuSmiCollector",
     "NpuSmiResult",
+    "ResetResult",
     "dcmi_error",
+    "npu_smi_binary",
     "parse_info",
     "parse_pairs",
+    "parse_reset",
     "run_npu_smi",
     "samples_from_info",
 ]

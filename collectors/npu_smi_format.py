@@ -336,6 +336,41 @@ def board_identity(pairs: dict[str, str]) -> dict[str, str]:
     return out
 
 
+RESET_ANSWERS = "Y\ny\n"
+"""What the doctor types at ``npu-smi set -t reset``: yes to ``Are you sure you want to continue
+resetting?(Y/N)`` and, on boards whose NPUs HCCS joins (Atlas 800T A2), yes to ``... it will
+reboot all devices, do you want to continue reboot? [y/n]``. Only sent once every NPU the
+reset may take was found idle or the server's own (npucli ``show_reset_risk``,
+``check_confirm_info``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResetResult:
+    """What ``npu-smi set -t reset`` reported."""
+
+    status: str
+    """``OK`` or ``Fail`` (the last ``Status`` line); "" when none was printed."""
+    message: str
+    """The last ``Message`` line (``Reset server successfully.``, ``User aborts reset server by
+    inband.``, ``Failed to reset server``...); "" when none was printed."""
+    board: bool
+    """npu-smi said the reset takes every device (``it will reboot all devices``)."""
+
+
+def parse_reset(text: str) -> ResetResult:
+    """Parse the output of ``npu-smi set -t reset`` (prompts, then ``Status``/``Message``)."""
+    status = message = ""
+    for line in text.splitlines():
+        match = _PAIR.match(line)
+        if match is None:
+            continue
+        if match.group(1) == "Status":
+            status = match.group(2)
+        elif match.group(1) == "Message":
+            message = match.group(2)
+    return ResetResult(status, message, "reboot all devices" in text)
+
+
 def dcmi_error(text: str) -> int | None:
     """The ``ret is N`` code of a DCMI failure line (``dcmi module initialize failed. ret is
     -8005``, ``... because the device is used. ret is -8020``), else None."""
@@ -378,13 +413,16 @@ def samples_from_info(info: NpuInfo, at: float) -> list[Sample]:
 __all__ = [
     "COLLECTOR",
     "HEALTH_STATES",
+    "RESET_ANSWERS",
     "NpuDevice",
     "NpuInfo",
     "NpuProcess",
     "NpuSmiResult",
+    "ResetResult",
     "board_identity",
     "dcmi_error",
     "parse_info",
     "parse_pairs",
+    "parse_reset",
     "samples_from_info",
 ]

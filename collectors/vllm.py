@@ -9,6 +9,7 @@ the histogram buckets' deltas, so they describe the last interval, not all time.
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,7 +37,11 @@ COUNTERS = {
 HISTOGRAMS = {
     "vllm:time_to_first_token_seconds": "ttft",
     "vllm:e2e_request_latency_seconds": "e2e",
+    "vllm:inter_token_latency_seconds": "itl",
+    "vllm:time_per_output_token_seconds": "itl",  # its name before vLLM v1
 }
+BASELINED = ("ttft_p99", "itl_p99")
+"""Latencies compared with their own baseline (``<name>_ratio``, ``latency_p99_ratio``)."""
 
 
 @dataclass(frozen=True)
@@ -94,15 +99,63 @@ def quantile(buckets: dict[float, float], q: float) -> float | None:
     return prev_bound
 
 
+class LatencyBaseline:
+    """Each latency p99's baseline, learned over the first ``window`` seconds of healthy
+    serving with requests flowing; afterwards it turns p99s into ratios to it.
+
+    The baseline is the median of the interval p99s seen in the window, so one slow interval
+    while it is learned does not set it. Samples without requests flowing neither teach it
+    nor get a ratio: an idle server has no latency worth comparing.
+    """
+
+    def __init__(self, window: float) -> None:
+        self.window = window
+        self.started: float | None = None
+        """Time of the first sample with requests flowing."""
+        self.seen: dict[str, list[float]] = {k: [] for k in BASELINED}
+        self.base: dict[str, float] | None = None
+        """p99 baselines by field, once learned."""
+
+    def update(self, at: float, values: dict[str, Any]) -> dict[str, float]:
+        """Learn from or compare one sample's values; the fields to add to it."""
+        flowing = (
+            values.get("health_status") == 200 and (values.get("generation_tokens_delta") or 0) > 0
+        )
+        if not flowing:
+            return {}
+        if self.base is None:
+            self.started = at if self.started is None else self.started
+            for key in BASELINED:
+                if isinstance(values.get(key), int | float) and values[key] > 0:
+                    self.seen[key].append(float(values[key]))
+            if at - self.started >= self.window and any(self.seen.values()):
+                self.base = {k: statistics.median(v) for k, v in self.seen.items() if v}
+            return {}
+        out = {
+            f"{key}_ratio": round(float(values[key]) / base, 2)
+            for key, base in self.base.items()
+            if isinstance(values.get(key), int | float) and base > 0
+        }
+        out.update({f"{key}_baseline": base for key, base in self.base.items()})
+        ratios = [v for k, v in out.items() if k.endswith("_ratio")]
+        if ratios:
+            out["latency_p99_ratio"] = max(ratios)
+        return out
+
+
 class VllmCollector:
     """Probes one server; keeps the previous counters to report deltas."""
 
     name = COLLECTOR
 
-    def __init__(self, base_url: str, *, timeout: float = 5.0) -> None:
+    def __init__(
+        self, base_url: str, *, timeout: float = 5.0, baseline_seconds: float = 3600.0
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self._previous: VllmMetrics | None = None
+        self.baseline = LatencyBaseline(baseline_seconds)
+        """TTFT and inter-token latency p99 baselines (the first healthy hour)."""
 
     async def collect(self) -> list[Sample]:
         """One sample of subject ``server``; a server that does not answer is a sample too."""
@@ -143,12 +196,17 @@ class VllmCollector:
                     if value is not None:
                         values[f"{name}_p{round(q * 100)}"] = round(value, 4)
         self._previous = metrics
+        values.update(self.baseline.update(at, values))
         return [Sample(COLLECTOR, "server", at, values)]
 
 
 SPEC = CollectorSpec(
     name=COLLECTOR,
-    build=lambda ctx: VllmCollector(ctx.server_url, timeout=ctx.config.vllm.timeout),
+    build=lambda ctx: VllmCollector(
+        ctx.server_url,
+        timeout=ctx.config.vllm.timeout,
+        baseline_seconds=ctx.config.vllm.baseline_seconds,
+    ),
     enabled=lambda cfg: cfg.vllm.enabled,
     interval=lambda cfg: cfg.vllm.interval,
     needs_server=True,
@@ -157,4 +215,12 @@ SPEC = CollectorSpec(
 """The ``vllm`` collector as registered."""
 
 
-__all__ = ["COLLECTOR", "SPEC", "VllmCollector", "VllmMetrics", "parse_metrics", "quantile"]
+__all__ = [
+    "COLLECTOR",
+    "SPEC",
+    "LatencyBaseline",
+    "VllmCollector",
+    "VllmMetrics",
+    "parse_metrics",
+    "quantile",
+]

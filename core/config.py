@@ -94,6 +94,9 @@ class VllmConfig:
     """Seconds between runs."""
     timeout: float = 5.0
     """Seconds before a request is abandoned."""
+    baseline_seconds: float = 3600.0
+    """Healthy time with requests flowing over which the TTFT and inter-token latency p99
+    baselines are learned (the first hour); the ``*_p99_ratio`` fields compare to them."""
 
 
 @dataclass(frozen=True)
@@ -167,13 +170,18 @@ class ProfilingConfig:
     """Profiles on demand (``ascend-doctor profile``, the ``capture_profile`` action)."""
 
     enabled: bool = False
-    """Start the server with ``--profiler-config`` writing under the state dir (torch)."""
+    """Start the server with vLLM's torch profiler writing under the state dir, switched on as
+    its release takes it (``--profiler-config`` from 0.13, ``VLLM_TORCH_PROFILER_DIR`` before;
+    the release is read with ``vllm --version`` before the first start)."""
     legacy_env: bool = False
-    """Old vLLM: set ``VLLM_TORCH_PROFILER_DIR`` instead of ``--profiler-config``."""
+    """Always use ``VLLM_TORCH_PROFILER_DIR`` (ignored by vLLM 0.18 and later)."""
     msprof: bool = False
     """Start the server with ``PROFILING_MODE=dynamic`` so msprof can attach."""
     capture_seconds: float = 10.0
     """How long the ``capture_profile`` remediation action records."""
+    advisor: bool = True
+    """Also run msprof-analyze's advisor on each capture the doctor takes, where it is
+    installed (it can take minutes on a large capture)."""
 
 
 @dataclass(frozen=True)
@@ -371,6 +379,7 @@ POSITIVE = {
     "collectors.vllm.interval",
     "collectors.process.interval",
     "collectors.vllm.timeout",
+    "collectors.vllm.baseline_seconds",
     "remediation.command_timeout",
     "remediation.probe_timeout",
     "alerts.poll_interval",

@@ -7,6 +7,7 @@ doctor relaunches the server with what was learned.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -124,16 +125,23 @@ def server_spec(
     profiling: ProfilingConfig,
     torch_dir: Path,
     traces_url: str | None,
+    vllm_version: str | None = None,
 ) -> LaunchSpec:
     """The spec the doctor starts the server with: the operator's command, every learned
     override, and what the doctor's own features need (the profiler's directory, PROFILING_MODE
-    for msprof, vLLM's OTLP exporter pointed at the doctor's receiver)."""
+    for msprof, vLLM's OTLP exporter pointed at the doctor's receiver).
+
+    The profiler is switched on the way the server's release takes it: ``--profiler-config``
+    from vLLM 0.13 (0.18 drops ``VLLM_TORCH_PROFILER_DIR``), the environment variable before
+    (an unknown flag makes ``vllm serve`` exit 2). While the release is unknown the variable is
+    used: harmless everywhere, and the doctor learns the release from the running server."""
     spec = base.apply(overrides)
-    if profiling.enabled and profiling.legacy_env:
-        spec = spec.with_env("VLLM_TORCH_PROFILER_DIR", str(torch_dir))
-    elif profiling.enabled and spec.flag("--profiler-config") is None:
-        cfg = {"profiler": "torch", "torch_profiler_dir": str(torch_dir)}
-        spec = spec.with_flag("--profiler-config", json.dumps(cfg))
+    if profiling.enabled and spec.flag("--profiler-config") is None:
+        if profiling.legacy_env or not profiler_flag(vllm_version):
+            spec = spec.with_env("VLLM_TORCH_PROFILER_DIR", str(torch_dir))
+        else:
+            cfg = {"profiler": "torch", "torch_profiler_dir": str(torch_dir)}
+            spec = spec.with_flag("--profiler-config", json.dumps(cfg))
     if profiling.msprof:
         spec = spec.with_env("PROFILING_MODE", "dynamic")
     if traces_url is not None and spec.flag("--otlp-traces-endpoint") is None:
@@ -143,4 +151,20 @@ def server_spec(
     return spec
 
 
-__all__ = ["LaunchSpec", "check_url", "server_spec"]
+def profiler_flag(vllm_version: str | None) -> bool:
+    """Whether vLLM ``vllm_version`` takes ``--profiler-config`` (0.13 and later)."""
+    if not vllm_version:
+        return False
+    match = re.match(r"v?(\d+)\.(\d+)", vllm_version.strip())
+    return match is not None and (int(match[1]), int(match[2])) >= (0, 13)
+
+
+def version_probe(argv: tuple[str, ...]) -> list[str] | None:
+    """``vllm --version`` for a ``... vllm serve ...`` command (everything before ``serve``),
+    or None when the command has no ``serve``."""
+    if "serve" not in argv:
+        return None
+    return [*argv[: argv.index("serve")], "--version"]
+
+
+__all__ = ["LaunchSpec", "check_url", "profiler_flag", "server_spec", "version_probe"]

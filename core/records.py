@@ -84,6 +84,20 @@ class CollectorStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class ProfileSummary:
+    """What the analysis of a capture said (``collectors/profiling``), kept with it."""
+
+    headline: str
+    """One sentence naming the slow part."""
+    report: str
+    """The terminal report with bars, as ``profile analyze`` prints it."""
+    slow_rank: int | None = None
+    """The slow rank, if the ranks are uneven."""
+    advisor: str = "not run"
+    """msprof-analyze advisor's status (``ran: ...``, ``not installed``...)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Artifact:
     """One captured profile on disk."""
 
@@ -97,6 +111,8 @@ class Artifact:
     """Wall time (epoch seconds) the capture was started."""
     ended_at: float
     """Wall time (epoch seconds) the capture was stopped."""
+    analysis: ProfileSummary | None = None
+    """The analysis of the capture; None until analysed (or when it could not be)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +135,18 @@ class ProfilingSetup:
     """The server's base URL (``/start_profile``)."""
     msprof: bool = False
     """Whether it was started with ``PROFILING_MODE=dynamic`` for msprof."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServerVersion:
+    """The vLLM release the watched server runs, as the doctor learned it."""
+
+    vllm: str
+    """``vllm.__version__`` (``0.11.0``)."""
+    source: str
+    """Where it was read: ``vllm --version`` before a start, ``/version`` after one."""
+    learned_at: float
+    """Wall time it was read."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,8 +268,10 @@ __all__ = [
     "DoctorStatus",
     "LaunchRecord",
     "Ledger",
+    "ProfileSummary",
     "ProfilingSetup",
     "ServerStatus",
+    "ServerVersion",
     "SinkStatus",
     "decode",
     "encode",

@@ -20,6 +20,7 @@ from ascend_doctor.core.records import (
     Ledger,
     ProfilingSetup,
     ServerStatus,
+    ServerVersion,
     SinkStatus,
     decode,
     encode,
@@ -32,6 +33,7 @@ DOCTOR = "doctor"
 SERVER = "server"
 LAUNCH = "launch"
 PROFILING = "profiling"
+VERSION = "server_version"
 ARTIFACTS = "artifacts"
 SINKS = "alerts.sinks"
 LEDGER = "remediation.ledger"
@@ -90,6 +92,14 @@ class RecordsMixin(StoreBase):
     def profiling(self) -> ProfilingSetup | None:
         """How the server can be profiled, when profiling is on."""
         return self._record(ProfilingSetup, PROFILING)
+
+    def set_server_version(self, version: ServerVersion) -> None:
+        """The vLLM release the server runs."""
+        self.set_meta(VERSION, encode(version))
+
+    def server_version(self) -> ServerVersion | None:
+        """The vLLM release the server runs, when known."""
+        return self._record(ServerVersion, VERSION)
 
     def set_collector(self, status: CollectorStatus) -> None:
         """One collector's state after a run."""

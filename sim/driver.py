@@ -67,7 +67,24 @@ async def drive(
         jobs = [_request(client, base_url.rstrip("/"), scenario) for _ in range(stim.requests)]
         if stim.inject_device is not None and stim.inject_fault is not None:
             jobs.append(asyncio.to_thread(host.inject, stim.inject_device, stim.inject_fault))
+        if stim.traffic_seconds > 0:
+            jobs.append(_traffic(client, base_url.rstrip("/"), scenario, host))
         await asyncio.gather(*jobs)
+
+
+async def _traffic(
+    client: httpx.AsyncClient, base_url: str, scenario: Scenario, host: SimHost
+) -> None:
+    """Requests back to back for ``traffic_seconds``; the slow part comes in on the way."""
+    stim = scenario.stimulus
+    start = time.monotonic()
+    slowed = stim.slow is None
+    while (elapsed := time.monotonic() - start) < stim.traffic_seconds:
+        if not slowed and elapsed >= stim.slow_after_seconds and stim.slow is not None:
+            await asyncio.to_thread(host.set_slow, dict(stim.slow))
+            slowed = True
+        await _request(client, base_url, scenario)
+        await asyncio.sleep(0.02)  # a steady client, not a flood
 
 
 def prepare(scenario: Scenario, host: SimHost) -> Callable[[], None]:
@@ -75,6 +92,9 @@ def prepare(scenario: Scenario, host: SimHost) -> Callable[[], None]:
     before the server starts; returns the cleanup that undoes it."""
     for name, value in scenario.host.quirks.items():
         host.set_quirk(name, value)
+    before = {key: host.setting(key) for key in scenario.host.settings}
+    for key, seconds in scenario.host.settings.items():
+        host.set_setting(key, seconds)
     holders: list[subprocess.Popen[bytes]] = []
     for h in scenario.host.holders:
         # a real process, so that its PID is alive for as long as it holds the device
@@ -90,9 +110,13 @@ def prepare(scenario: Scenario, host: SimHost) -> Callable[[], None]:
     def cleanup() -> None:
         for name in scenario.host.quirks:
             host.set_quirk(name, None)
+        for key, old in before.items():
+            host.set_setting(key, old)
         if scenario.stimulus.inject_device is not None:
             # a card the doctor was right not to reset is replaced before the next deployment
             host.repair(scenario.stimulus.inject_device)
+        if scenario.stimulus.slow is not None:
+            host.set_slow(None)
         for proc in holders:
             proc.kill()
             proc.wait()

@@ -1,7 +1,8 @@
 """Hardware faults the simulated host can inject, with what each one looks like.
 
-One table shared by the fake ``npu-smi`` (health output) and the fake server
-(plog and stdout lines), so both sides of a fault always tell the same story.
+One table shared by the fake ``npu-smi`` (health output), the process that holds the card (plog
+lines, torch_npu's error text) and the host kernel log, so every side of a fault tells the same
+story, in the wording real hosts print (sim/SOURCES.md gives the source of each string).
 """
 
 from __future__ import annotations
@@ -17,26 +18,45 @@ class Fault:
     health: str
     """npu-smi Health Status while the fault is present."""
     error_code: str
-    """npu-smi Error Code (hex, as the driver reports it)."""
+    """npu-smi Error Code: the driver's event id in hexadecimal."""
     error_info: str
     """npu-smi Error Information."""
     acl_code: int
     """Runtime return code torch_npu prints (``error code is N``)."""
-    drv_func: str
-    """Driver function and line named in the DRV plog line."""
-    drv_text: str
-    """DRV plog text; ``{device}`` is replaced by the physical device id."""
+    acl_text: str
+    """torch_npu's ``[Error]:`` text for that code (NPUErrorCodes.h), with its second line."""
+    runtime_reason: str
+    """The runtime's ``reason=`` of the failed call in the CANN error block."""
+    plog_lines: tuple[tuple[str, str], ...]
+    """(``file.cc:LINE``, text) of the runtime's plog lines; ``{device}`` is filled in."""
+    kernel_text: str
+    """The driver's line in the host kernel log (``/var/log/messages``), or empty."""
+    driver_hang: bool = False
+    """The holder is stuck in the driver for a while before it can exit."""
 
 
 FAULTS: dict[str, Fault] = {
     "heartbeat_lost": Fault(
         name="heartbeat_lost",
-        health="Critical",
-        error_code="80E18005",
-        error_info="node type=DEVMNG, sensor type=Heartbeat, event state=heartbeat lost",
+        health="Alarm",
+        error_code="80FA4E00",
+        error_info="node type=TS, sensor type=Heartbeat Sensor, event state=Heartbeat Lost.",
         acl_code=507010,
-        drv_func="devdrv_heartbeat_lost 1203",
-        drv_text="device {device} heartbeat lost, device status abnormal.",
+        acl_text="The task scheduler loses the heartbeat. \n"
+        "        Rectify the fault based on the error information in the ascend log.",
+        runtime_reason="lost heartbeat",
+        plog_lines=(
+            ("direct_hwts_engine.cc:407", "SyncTask:Device[{device}] lost heartbeat."),
+            (
+                "log_inner.cpp:148",
+                "ReportCallError:wait for compute device to finish failed, runtime result = "
+                "507010.",
+            ),
+        ),
+        kernel_text="[ascend] [ERROR] [drv_soft_fault] [heart_beat_judge 318] "
+        "<kworker/5:1H:39365> Heartbeat lost! (device={device}; old_count=1104; new_count=1104; "
+        "lost_count=4; total_lost_count=4; total_10s_count=0; total_15s_count 0).",
+        driver_hang=True,
     ),
     "hbm_ecc": Fault(
         name="hbm_ecc",
@@ -44,8 +64,16 @@ FAULTS: dict[str, Fault] = {
         error_code="80E01801",
         error_info="node type=HBM, sensor type=Memory, event state=multi-bit ECC error",
         acl_code=507054,
-        drv_func="devdrv_hbm_ecc_report 877",
-        drv_text="device {device} hbm multi-bit ecc error, device status abnormal.",
+        acl_text="",
+        runtime_reason="hbm multi-bit ecc error",
+        plog_lines=(
+            (
+                "log_inner.cpp:148",
+                "ReportCallError:wait for compute device to finish failed, runtime result = "
+                "507054.",
+            ),
+        ),
+        kernel_text="",
     ),
 }
 

@@ -7,6 +7,11 @@ Two producers, two layouts (FORMATS.md section 4 and 5):
 - ``msprof --dynamic=on --pid=PID --output=DIR`` writes
   ``DIR/PROF_<n>_<ts>_<16 letters>/mindstudio_profiler_output/`` with ``_<ts>`` suffixed names.
 
+Their content comes from one lockstep timeline of the server's ranks
+(``sim/profile_timeline.py``) written out file by file (``sim/profile_files.py``), so
+msprof-analyze reads it as it reads a real capture: one ``*_ascend_pt`` per rank with its
+``profiler_info_{rank}.json``, step trace data and the Overlap Analysis track.
+
 The fake ``msprof`` attaches only to a live pid that the fake server recorded in the host
 state as started with ``PROFILING_MODE=dynamic``, like the real one needs that variable.
 """
@@ -24,136 +29,206 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from ascend_doctor.sim import profile_files as pf
+from ascend_doctor.sim.profile_files import GROUP
+from ascend_doctor.sim.profile_timeline import RankTimeline, Slow, build, steps_for
 from ascend_doctor.sim.state import pid_alive, read_state, state_path_from_env
 
 DYNAMIC_KEY = "dynamic_profiling_pids"
 """Host state key: pids of fake servers started with ``PROFILING_MODE=dynamic``."""
 
-# (name, op type, accelerator core, duration us): a decode step of a dense model.
-_KERNELS = (
-    ("aclnnMatmul_MatMulV2_MatMulV2", "MatMulV2", "AI_CORE", 412.6),
-    ("aclnnRmsNorm_RmsNorm_RmsNorm", "RmsNorm", "AI_VECTOR_CORE", 18.4),
-    ("aclnnFusedInferAttentionScore_FIA", "FusedInferAttentionScore", "MIX_AIC", 233.1),
-    ("aclnnAdd_AddAiCore_Add", "Add", "AI_VECTOR_CORE", 9.3),
-    ("aclnnSwiGlu_SwiGlu_SwiGlu", "SwiGlu", "AI_VECTOR_CORE", 27.8),
-)
-_SHAPES = '"1,5120;5120,5120"'
-_KERNEL_HEADER = (
-    "Device_id,Model ID,Task ID,Stream ID,Name,Type,OP State,Accelerator Core,"
-    "Start Time(us),Duration(us),Wait Time(us),Block Dim,Mix Block Dim,HF32 Eligible,"
-    "Input Shapes,Input Data Types,Input Formats,Output Shapes,Output Data Types,"
-    "Output Formats,Context ID"
-)
-_OP_SUMMARY_HEADER = (
-    "Device_id,Model ID,Task ID,Stream ID,Op Name,OP Type,OP State,Task Type,"
-    "Task Start Time(us),Task Duration(us),Task Wait Time(us),Block Dim,Mix Block Dim,"
-    "HF32 Eligible,Input Shapes,Input Data Types,Input Formats,Output Shapes,"
-    "Output Data Types,Output Formats,Context ID"
-)
 _OPERATOR_HEADER = (
     "Name,Input Shapes,Call Stack,Host Self Duration(us),Host Total Duration(us),"
     "Device Self Duration(us),Device Total Duration(us),"
     "Device Self Duration With AICore(us),Device Total Duration With AICore(us)"
 )
-_STATISTIC_HEADER = (
-    "Device_id,OP Type,Core Type,Count,Total Time(us),Min Time(us),Avg Time(us),"
-    "Max Time(us),Ratio(%)"
-)
+SLOW_KEY = "profile_slow"
+"""Host state key: the slow part captures show, ``{"rank", "part", "factor", "operator"}``."""
 
 
-_Row = tuple[int, str, str, str, float, float]
+def _state() -> dict[str, Any]:
+    try:
+        return read_state(state_path_from_env())
+    except (OSError, ValueError):
+        return {}
 
 
-def _kernel_rows(start: float, end: float) -> list[_Row]:
-    """(task id, name, type, core, start us, duration us) spread over the window."""
-    rows: list[_Row] = []
-    t = start * 1e6
-    steps = max(1, min(20, int((end - start) * 4)))
-    task = 1
-    for _ in range(steps):
-        for name, kind, core, dur in _KERNELS:
-            rows.append((task, name, kind, core, t, dur))
-            t += dur + 3.2
-            task += 1
-    return rows
+def _devices(state: dict[str, Any], pid: int, device: int) -> list[int]:
+    """The devices the server holds, as the driver lists them (one rank per device)."""
+    held = sorted({int(p["device"]) for p in state.get("processes", []) if p.get("pid") == pid})
+    return held or [device]
 
 
-def _kernel_csv(header: str, start: float, end: float, device: int) -> str:
-    lines = [header]
-    for task, name, kind, core, t, dur in _kernel_rows(start, end):
-        lines.append(
-            f"{device},4294967295,{task},2,{name},{kind},dynamic,{core},{t:.3f}\t,{dur:.3f},"
-            f'3.2,24,0,NO,{_SHAPES},FLOAT16;FLOAT16,ND;ND,"1,5120",FLOAT16,ND,N/A'
-        )
-    return "\n".join(lines) + "\n"
-
-
-def _statistic_csv(start: float, end: float, device: int) -> str:
-    stats: dict[tuple[str, str], list[float]] = {}
-    for _, _, kind, core, _, dur in _kernel_rows(start, end):
-        stats.setdefault((kind, core), []).append(dur)
-    total = sum(sum(v) for v in stats.values())
-    lines = [_STATISTIC_HEADER]
-    for (kind, core), durs in sorted(stats.items(), key=lambda kv: -sum(kv[1])):
-        s = sum(durs)
-        lines.append(
-            f"{device},{kind},{core},{len(durs)},{s:.3f},{min(durs):.3f},"
-            f"{s / len(durs):.3f},{max(durs):.3f},{100 * s / total:.2f}"
-        )
-    return "\n".join(lines) + "\n"
-
-
-def _operator_csv(start: float, end: float, device: int) -> str:
-    lines = [_OPERATOR_HEADER]
-    for _, _, kind, _, _, dur in _kernel_rows(start, end)[: len(_KERNELS)]:
-        op = f"aten::{kind.lower()}"
-        lines.append(f"{op},{_SHAPES},,{dur / 8:.3f},{dur / 6:.3f},{dur:.3f},{dur:.3f},0,0")
-    return "\n".join(lines) + "\n"
-
-
-def _trace(start: float, end: float, device: int, pid: int) -> list[dict[str, Any]]:
-    events: list[dict[str, Any]] = [
-        {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": "Python"}},
-        {
-            "ph": "M",
-            "name": "process_name",
-            "pid": 2 * 10**6 + device,
-            "tid": 0,
-            "args": {"name": "Ascend Hardware"},
-        },
-    ]
-    for task, name, kind, core, t, dur in _kernel_rows(start, end):
-        events.append(
-            {
-                "name": name,
-                "pid": 2 * 10**6 + device,
-                "tid": 2,
-                "ts": f"{t:.3f}",
-                "dur": dur,
-                "ph": "X",
-                "args": {"Task Type": core, "Task Id": task, "OP Type": kind},
-            }
-        )
-    return events
-
-
-def write_ascend_pt(root: Path, pid: int, start: float, end: float, device: int = 0) -> Path:
-    """Write one torch_npu capture of ``[start, end]`` under ``root``; return its directory."""
-    stamp = datetime.fromtimestamp(end).strftime("%Y%m%d%H%M%S%f")[:-3]
-    top = root / f"{socket.gethostname()}_{pid}_{stamp}_ascend_pt"
-    out = top / "ASCEND_PROFILER_OUTPUT"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "kernel_details.csv").write_text(_kernel_csv(_KERNEL_HEADER, start, end, device))
-    (out / "operator_details.csv").write_text(_operator_csv(start, end, device))
-    (out / "op_statistic.csv").write_text(_statistic_csv(start, end, device))
-    (out / "trace_view.json").write_text(json.dumps(_trace(start, end, device, pid)))
-    (top / "profiler_info.json").write_text(
-        json.dumps({"config": {"common_config": {"activities": ["CPU", "NPU"]}}, "start_info": {}})
+def _slow(state: dict[str, Any]) -> Slow | None:
+    raw = state.get(SLOW_KEY)
+    if not isinstance(raw, dict):
+        return None
+    return Slow(
+        rank=int(raw.get("rank", 0)),
+        part=str(raw.get("part", "operator")),
+        factor=float(raw.get("factor", 3.0)),
+        operator=str(raw.get("operator", "MatMulV2")),
     )
-    return top
 
 
-def write_prof(root: Path, pid: int, start: float, end: float, device: int = 0) -> Path:
+def _timelines(
+    pid: int,
+    start: float,
+    end: float,
+    device: int,
+    tokens: int | None,
+    devices: list[int] | None = None,
+) -> list[RankTimeline]:
+    state = _state()
+    devices = devices or _devices(state, pid, device)
+    steps, gap = steps_for((end - start) * 1e6, tokens)
+    if tokens == 0:
+        steps = 0  # an idle server: the NPU ran nothing in the window
+    return build(devices, start * 1e6, steps, gap, _slow(state))
+
+
+def _profiler_info(rank: int, start: float, end: float) -> dict[str, Any]:
+    """torch_npu ``profiler_interface._dump_profiler_info`` with vLLM-Ascend's settings."""
+    return {
+        "config": {
+            "common_config": {
+                "activities": ["ProfilerActivity.CPU", "ProfilerActivity.NPU"],
+                "schedule": None,
+                "record_shapes": False,
+                "profile_memory": False,
+                "with_stack": False,
+                "with_flops": False,
+                "with_modules": False,
+            },
+            "experimental_config": {
+                "_profiler_level": "Level1",
+                "_aic_metrics": "ACL_AICORE_PIPE_UTILIZATION",
+                "_l2_cache": False,
+                "_msprof_tx": False,
+                "_data_simplification": True,
+                "_export_type": ["text"],
+                "_op_attr": False,
+                "_gc_detect_threshold": None,
+            },
+        },
+        "start_info": {
+            "syscnt_enable": True,
+            "freq": 100000000,
+            "start_cnt": int(start * 1e8),
+            "start_monotonic": int(time.monotonic_ns() - (time.time() - start) * 1e9),
+        },
+        "end_info": {
+            "collectionTimeEnd": int(end * 1e9),
+            "MonotonicTimeEnd": time.monotonic_ns(),
+        },
+        "torch_npu_version": "2.7.1.post1",
+        "cann_version": "8.3.RC2",
+        "rank_id": rank,
+    }
+
+
+def _metadata(ranks: int) -> dict[str, Any]:
+    return {
+        "ENV_VARIABLES": {"ASCEND_GLOBAL_LOG_LEVEL": "3", "HCCL_CONNECT_TIMEOUT": "120"},
+        "parallel_group_info": {
+            GROUP: {
+                "group_name": "default_group",
+                "group_rank": 0,
+                "global_ranks": list(range(ranks)),
+            },
+        },
+    }
+
+
+def _operator_csv(rt: RankTimeline) -> str:
+    lines = [_OPERATOR_HEADER]
+    seen: dict[str, float] = {}
+    for t in rt.tasks:
+        if t.core not in ("HCCL", "MEMCPY_ASYNC"):
+            seen.setdefault(t.op_type, t.dur_us)
+    for kind, dur in seen.items():
+        lines.append(
+            f'aten::{kind.lower()},"1,5120",,{dur / 8:.3f},{dur / 6:.3f},{dur:.3f},{dur:.3f},0,0'
+        )
+    return "\n".join(lines) + "\n"
+
+
+def write_ascend_pt(
+    root: Path,
+    pid: int,
+    start: float,
+    end: float,
+    device: int = 0,
+    *,
+    tokens: int | None = None,
+    rank: int | None = None,
+    devices: list[int] | None = None,
+) -> Path:
+    """Write torch_npu's capture of ``[start, end]`` under ``root``.
+
+    ``tokens`` generated in the window shapes the split (None: a server under load). With
+    ``rank`` and ``devices`` (a TP worker, as vLLM's workers each run their own profiler) only
+    that rank's directory is written, named by the worker's ``pid``; the ranks run in lockstep
+    on ``devices``. Without them, one directory per device the host state lists for ``pid``.
+    A ``profile_slow`` entry in the host state slows one rank's operator or collective.
+    Returns the first directory written.
+    """
+    stamp = datetime.fromtimestamp(start).strftime("%Y%m%d%H%M%S%f")[:-3]
+    timelines = _timelines(pid, start, end, device, tokens, devices)
+    world = len(timelines)
+    if rank is not None:
+        timelines = [rt for rt in timelines if rt.rank == rank]
+    tops = []
+    for rt in timelines:
+        # one process per rank: a worker's own pid; else rank 0 is pid, the others stand in
+        worker = pid if rank is not None else pid + rt.rank
+        top = root / f"{socket.gethostname()}_{worker}_{stamp}_ascend_pt"
+        out = top / "ASCEND_PROFILER_OUTPUT"
+        out.mkdir(parents=True, exist_ok=True)
+        files = {
+            "kernel_details.csv": pf.kernel_rows(rt, pf.KERNEL_HEADER),
+            "operator_details.csv": _operator_csv(rt),
+            "op_statistic.csv": pf.op_statistic(rt),
+            "trace_view.json": pf.dump_trace(pf.trace(rt, worker, world == 1)),
+        }
+        if rt.steps:
+            files["step_trace_time.csv"] = pf.step_trace_time(rt)
+        comm = pf.communication(rt)
+        if comm:
+            files["communication.json"] = json.dumps(comm)
+        for name, text in files.items():
+            (out / name).write_text(text)
+        (top / f"profiler_info_{rt.rank}.json").write_text(
+            json.dumps(_profiler_info(rt.rank, start, end), indent=4)
+        )
+        (top / "profiler_metadata.json").write_text(json.dumps(_metadata(world)))
+        tops.append(top)
+    return tops[0]
+
+
+def _info_json(device: int, rank: int) -> dict[str, Any]:
+    """``device_<id>/info.json.<id>``: the fields of Ascend/msprof's sample info.json."""
+    return {
+        "jobInfo": "NA",
+        "devices": str(device),
+        "DeviceInfo": [
+            {
+                "id": device,
+                "ai_core_num": 24,
+                "aic_frequency": "1800",
+                "aiv_num": 48,
+                "hwts_frequency": "50",
+            }
+        ],
+        "platform_version": "5",
+        "pid": "NA",
+        "rank_id": rank,
+    }
+
+
+def write_prof(
+    root: Path, pid: int, start: float, end: float, device: int = 0, *, tokens: int | None = None
+) -> Path:
     """Write one msprof capture of ``[start, end]`` under ``root``; return its directory."""
     stamp = datetime.fromtimestamp(end).strftime("%Y%m%d%H%M%S")
     ms = datetime.fromtimestamp(end).strftime("%Y%m%d%H%M%S%f")[:-3]
@@ -162,11 +237,20 @@ def write_prof(root: Path, pid: int, start: float, end: float, device: int = 0) 
     top = root / f"PROF_{n:06d}_{ms}_{tag}"
     out = top / "mindstudio_profiler_output"
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"msprof_{stamp}.json").write_text(json.dumps(_trace(start, end, device, pid)))
-    (out / f"op_summary_{stamp}.csv").write_text(
-        _kernel_csv(_OP_SUMMARY_HEADER, start, end, device)
-    )
-    (out / f"op_statistic_{stamp}.csv").write_text(_statistic_csv(start, end, device))
+    (top / "host").mkdir(exist_ok=True)
+    timelines = _timelines(pid, start, end, device, tokens)
+    events: list[dict[str, Any]] = []
+    summary, stats = [pf.OP_SUMMARY_HEADER], [pf.STATISTIC_HEADER]
+    for rt in timelines:
+        dev = top / f"device_{rt.device}"
+        dev.mkdir(exist_ok=True)
+        (dev / f"info.json.{rt.device}").write_text(json.dumps(_info_json(rt.device, rt.rank)))
+        events += pf.trace(rt, pid, len(timelines) == 1)
+        summary += pf.kernel_rows(rt, pf.OP_SUMMARY_HEADER).splitlines()[1:]
+        stats += pf.op_statistic(rt).splitlines()[1:]
+    (out / f"msprof_{stamp}.json").write_text(pf.dump_trace(events))
+    (out / f"op_summary_{stamp}.csv").write_text("\n".join(summary) + "\n")
+    (out / f"op_statistic_{stamp}.csv").write_text("\n".join(stats) + "\n")
     return top
 
 

@@ -77,35 +77,47 @@ def render_info(state: dict[str, Any]) -> str:
 
 
 def _pairs(pairs: list[tuple[str, object]]) -> str:
-    # npu-smi indents 8 spaces and pads names to 31 columns before ': '.
-    return "".join(f"        {name:<31}: {value}\n" for name, value in pairs)
+    # npu-smi prints printf("\t%-30s : %s\n", name, value) (npucli/src/npu_info_print.c).
+    return "".join(f"\t{name:<30} : {value}\n" for name, value in pairs)
 
 
 def render_health(dev: dict[str, Any]) -> str:
-    """``npu-smi info -t health -i N -c C``."""
-    return _pairs(
-        [
-            ("Health Status", dev["health"]),
-            ("Error Code", dev["error_code"]),
-            ("Error Information", dev["error_info"]),
-        ]
-    )
+    """``npu-smi info -t health -i N -c C``: codes in hex, one information line per code."""
+    codes = [c for c in str(dev["error_code"]).split() if c != "NA"]
+    if not codes:
+        return _pairs(
+            [("Health Status", dev["health"]), ("Error Code", "NA"), ("Error Information", "NA")]
+        )
+    infos = str(dev["error_info"]).split("\n")
+    text = _pairs([("Health Status", dev["health"]), ("Error Code", " ".join(codes))])
+    text += f"\t{'Error Information':<30} : {infos[0]}\n"
+    for info in infos[1:]:
+        text += f"\n\t{' ':<30} : {info}\n"
+    return text
 
 
 def render_usages(dev: dict[str, Any], processes: list[dict[str, Any]]) -> str:
-    """``npu-smi info -t usages -i N``."""
+    """``npu-smi info -t usages -i N`` on a 910B: no DDR, HBM and core usage per chip."""
     used = hbm_used_mb(dev, processes)
     busy = any(p["device"] == dev["id"] for p in processes)
-    return _pairs(
+    head = _pairs([("NPU ID", dev["id"]), ("Chip Count", 1)]) + "\n"
+    return head + _pairs(
         [
+            ("DDR Capacity(MB)", 0),
+            ("DDR Usage Rate(%)", 0),
+            ("DDR Hugepages Total(page)", 0),
+            ("DDR Hugepages Usage Rate(%)", 0),
             ("HBM Capacity(MB)", HBM_TOTAL_MB),
-            ("HBM Usage Rate(%)", round(100 * used / HBM_TOTAL_MB)),
+            ("HBM Usage Rate(%)", used * 100 // HBM_TOTAL_MB),
             ("Aicore Usage Rate(%)", 0),
             ("Aivector Usage Rate(%)", 0),
             ("Aicpu Usage Rate(%)", 0),
             ("Ctrlcpu Usage Rate(%)", 3 if busy else 0),
+            ("DDR Bandwidth Usage Rate(%)", 0),
             ("HBM Bandwidth Usage Rate(%)", 0),
             ("NPU Utilization(%)", 0),
+            ("Aicube Usage Rate(%)", 0),
+            ("Chip ID", 0),
         ]
     )
 
@@ -119,34 +131,60 @@ def vdie_id(dev: dict[str, Any]) -> str:
     return " ".join(f"{(0x42C711D4 + n * 0x1F3 + i * 0x10203) & 0xFFFFFFFF:08X}" for i in range(5))
 
 
-def render_board(dev: dict[str, Any]) -> str:
-    """``npu-smi info -t board -i N -c C`` (fields and order as in the source cited in
-    :func:`vdie_id`)."""
+def render_board(dev: dict[str, Any], chip: bool) -> str:
+    """``npu-smi info -t board -i N`` (the card) or ``... -c C`` (the chip)."""
+    if chip:
+        return _pairs(
+            [
+                ("NPU ID", dev["id"]),
+                ("Chip ID", 0),
+                ("Chip Type", "Ascend"),
+                ("Chip Name", dev["name"]),
+                ("Chip Version", "V1"),
+                ("Board ID", "0x33"),
+                ("PCB ID", "NA"),
+                ("BOM ID", 1),
+                ("VDie ID", vdie_id(dev)),
+                ("NDie ID", f"27{dev['id']:02X}6594 20401010 4E10C8D4 14CC040A A4102003"),
+                ("Chip Position ID", dev["id"]),
+                ("PCIe Bus Info", dev["bus_id"]),
+                ("Firmware Version", FIRMWARE_VERSION),
+            ]
+        )
     return _pairs(
         [
             ("NPU ID", dev["id"]),
-            ("Chip ID", 0),
-            ("Chip Type", "Ascend"),
-            ("Chip Name", dev["name"]),
-            ("NPU Name", f"Ascend{dev['name']}"),
-            ("Chip Version", "V1"),
-            ("Board ID", "0x33"),
-            ("PCB ID", "NA"),
-            ("BOM ID", 1),
-            ("VDie ID", vdie_id(dev)),
-            ("Chip Position ID", dev["id"]),
-            ("PCIe Bus Info", dev["bus_id"]),
             ("Software Version", DRIVER_VERSION),
             ("Firmware Version", FIRMWARE_VERSION),
+            ("Compatibility", "OK"),
+            ("Board ID", "0x33"),
+            ("PCB ID", "A"),
+            ("BOM ID", 1),
+            ("PCIe Bus Info", dev["bus_id"]),
+            ("Slot ID", dev["id"]),
+            ("Class ID", "NA"),
+            ("PCI Vendor ID", "0x19E5"),
+            ("PCI Device ID", "0xD802"),
+            ("Subsystem Vendor ID", "0x0200"),
+            ("Subsystem Device ID", "0x0100"),
+            ("Chip Count", 1),
         ]
     )
 
 
-USAGE = """\
-Usage: npu-smi [info|set] [options]
-  info                                   Show the NPU table and processes.
-  info -t health -i <npu> -c <chip>      Show the health of a chip.
-  info -t usages -i <npu>                Show utilization of an NPU.
-  info -t board -i <npu> -c <chip>       Show board information.
-  set -t reset -i <npu> -c <chip>        Reset a chip (no process may use it).
+USAGE = "Usage: npu-smi info <watch|proc|-h|-m|-l|-t type> [Options...]\n"
+"""What ``npu-smi info`` prints after a bad option (mind-cluster kg_parse capture)."""
+
+HELP = """\
+Usage: npu-smi <Command|-h|-v> [Options...]
+
+npu-smi Command:
+\t-h            This command's help information
+\t--help        This command's help information
+\t-v            Show npu-smi version information
+\tinfo          Show hardware details
+\tset           Modify device configuration properties
+\tclear         Clear device information
+\tupgrade       Upgrade MCU firmware
 """
+"""``npu-smi`` with no or an unknown command (npucli/src/npu_smi.c ``npu_help_main``)."""

@@ -18,10 +18,22 @@ import yaml
 from ascend_doctor.sim.faults import FAULTS
 from ascend_doctor.sim.state import QUIRKS
 
+SETTINGS = ("driver_hang_seconds", "profile_parse_seconds")
+"""Host settings a scenario may change (numbers of seconds)."""
+
 SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
 _KEYS = {"name", "description", "model", "flags", "env", "host", "stimulus", "expect"}
 _EXPECT_STATES = ("resolved", "escalated")
-_STIMULUS_KEYS = {"requests", "prompt_tokens", "max_tokens", "inject", "after_seconds"}
+_STIMULUS_KEYS = {
+    "requests",
+    "prompt_tokens",
+    "max_tokens",
+    "inject",
+    "after_seconds",
+    "traffic_seconds",
+    "slow",
+}
+_SLOW_KEYS = {"after_seconds", "rank", "part", "factor", "operator"}
 
 
 @dataclass(frozen=True)
@@ -34,6 +46,12 @@ class Stimulus:
     inject_device: int | None = None
     inject_fault: str | None = None
     after_seconds: float = 0.0
+    traffic_seconds: float = 0.0
+    """Send requests back to back for this long (after ``requests``), so metrics flow."""
+    slow: Mapping[str, Any] | None = None
+    """A slow part to inject (``profile_slow`` in the host state: rank, part, factor,
+    operator) once ``slow_after_seconds`` of traffic have passed."""
+    slow_after_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -50,7 +68,11 @@ class HostSetup:
     """How the host is prepared before the server starts."""
 
     quirks: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    """Host behaviours switched on (``sim.state.QUIRKS``)."""
     holders: tuple[Holder, ...] = ()
+    """Foreign processes holding cards."""
+    settings: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    """Host settings changed for the scenario (``driver_hang_seconds``, ...)."""
 
 
 @dataclass(frozen=True)
@@ -125,7 +147,24 @@ def _stimulus(path: Path, raw: object) -> Stimulus:
             raise _fail(path, "stimulus.inject.device", f"expected a device id, got {device!r}")
         if fault not in FAULTS:
             raise _fail(path, "stimulus.inject.fault", f"unknown fault {fault!r}")
+    slow: dict[str, Any] | None = None
+    slow_after = 0.0
+    if raw.get("slow") is not None:
+        slow = raw["slow"]
+        if not isinstance(slow, dict) or set(slow) - _SLOW_KEYS or "factor" not in slow:
+            raise _fail(
+                path, "stimulus.slow", f"expected {{factor, rank, part, ...}} of {_SLOW_KEYS}"
+            )
+        if slow.get("part", "operator") not in ("operator", "collective"):
+            raise _fail(path, "stimulus.slow.part", "expected operator or collective")
+        slow = dict(slow)
+        slow_after = _number(path, slow, "after_seconds", 0.0)
+        slow.pop("after_seconds", None)
+        _number(path, slow, "factor", 1.0)
     return Stimulus(
+        traffic_seconds=_number(path, raw, "traffic_seconds", 0.0),
+        slow=MappingProxyType(slow) if slow is not None else None,
+        slow_after_seconds=slow_after,
         requests=int(_number(path, raw, "requests", 0)),
         prompt_tokens=int(_number(path, raw, "prompt_tokens", 0)),
         max_tokens=int(_number(path, raw, "max_tokens", 16)),
@@ -138,8 +177,8 @@ def _stimulus(path: Path, raw: object) -> Stimulus:
 def _host(path: Path, raw: object) -> HostSetup:
     if raw is None:
         return HostSetup()
-    if not isinstance(raw, dict) or set(raw) - {"quirks", "holders"}:
-        raise _fail(path, "host", "expected a mapping with quirks and/or holders")
+    if not isinstance(raw, dict) or set(raw) - {"quirks", "holders", "settings"}:
+        raise _fail(path, "host", "expected a mapping with quirks, holders and/or settings")
     quirks = _str_map(path, raw.get("quirks"), "host.quirks", ())
     for name, value in quirks.items():
         if value not in QUIRKS.get(name, ()):
@@ -154,7 +193,13 @@ def _host(path: Path, raw: object) -> HostSetup:
         ):
             raise _fail(path, key, "device and memory_mb must be integers")
         holders.append(Holder(h["device"], str(h["name"]), h["memory_mb"]))
-    return HostSetup(quirks, tuple(holders))
+    settings = raw.get("settings") or {}
+    if not isinstance(settings, dict) or set(settings) - set(SETTINGS):
+        raise _fail(path, "host.settings", f"expected some of {', '.join(SETTINGS)}")
+    for key, value in settings.items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            raise _fail(path, f"host.settings.{key}", f"expected a number >= 0, got {value!r}")
+    return HostSetup(quirks, tuple(holders), MappingProxyType(dict(settings)))
 
 
 def _str_map(path: Path, raw: object, key: str, required: tuple[str, ...]) -> Mapping[str, str]:

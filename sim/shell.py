@@ -18,26 +18,13 @@ import sys
 from pathlib import Path
 
 from ascend_doctor.sim.faults import get_fault
-from ascend_doctor.sim.host import _SHIM, SimHost
-from ascend_doctor.sim.state import STATE_ENV
+from ascend_doctor.sim.host import SimHost
+from ascend_doctor.sim.versions import known_lines
 
 
-def create(root: Path, devices: int) -> SimHost:
-    """Lay out a host under ``root``, with a ``vllm`` command beside ``npu-smi``."""
-    host = SimHost.create(root, devices=devices)
-    shim = host.bin_dir / "vllm"
-    shim.write_text(
-        _SHIM.format(
-            python=sys.executable,
-            tool="vllm",
-            module="vllm",
-            env=STATE_ENV,
-            state=str(host.state_path),
-        ),
-        encoding="utf-8",
-    )
-    shim.chmod(0o755)
-    return host
+def create(root: Path, devices: int, version: str | None = None) -> SimHost:
+    """Lay out a host under ``root`` (``vllm`` on its PATH beside ``npu-smi``)."""
+    return SimHost.create(root, devices=devices, vllm_version=version)
 
 
 def exports(host: SimHost) -> str:
@@ -66,13 +53,21 @@ def main(argv: list[str] | None = None) -> int:
     p_create = sub.add_parser("create", help="lay out a host and print the export lines")
     p_create.add_argument("root", type=Path)
     p_create.add_argument("--devices", type=int, default=8)
+    p_create.add_argument(
+        "--sim-version",
+        default=None,
+        help=f"vLLM / vLLM-Ascend release line to install ({', '.join(known_lines())})",
+    )
     p_inject = sub.add_parser("inject", help="put a fault on a device of a host")
     p_inject.add_argument("root", type=Path)
     p_inject.add_argument("device", type=int)
     p_inject.add_argument("fault", help="heartbeat_lost or hbm_ecc")
     args = parser.parse_args(argv)
     if args.cmd == "create":
-        host = create(args.root, args.devices)
+        try:
+            host = create(args.root, args.devices, args.sim_version)
+        except ValueError as exc:
+            parser.error(str(exc))
         sys.stdout.write(exports(host))
         return 0
     try:

@@ -12,6 +12,7 @@ import fcntl
 import json
 import os
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -44,7 +45,13 @@ def _bus_id(n: int) -> str:
 
 
 def initial_state(
-    devices: int, reset_seconds: float, load_seconds: float, npu_smi_log: Path
+    devices: int,
+    reset_seconds: float,
+    load_seconds: float,
+    npu_smi_log: Path,
+    *,
+    vllm_version: str = "0.11",
+    kernel_log: Path | None = None,
 ) -> dict[str, Any]:
     """Return a fresh state: ``devices`` healthy idle 910B3 cards and no processes."""
     return {
@@ -70,6 +77,12 @@ def initial_state(
         "reset_seconds": reset_seconds,
         "load_seconds": load_seconds,
         "npu_smi_log": str(npu_smi_log),
+        "vllm_version": vllm_version,
+        "kernel_log": str(kernel_log) if kernel_log else None,
+        # An 800T A2's eight NPUs are joined by HCCS: npu-smi resets them all at once.
+        "reset_scope": "board",
+        "driver_hang_seconds": 0.0,
+        "profile_parse_seconds": 1.0,
     }
 
 
@@ -127,9 +140,13 @@ def pid_alive(pid: int) -> bool:
 
 
 def prune_dead(state: dict[str, Any]) -> bool:
-    """Drop process records whose pid is gone; return True if any were dropped."""
+    """Drop process records whose pid is gone; return True if any were dropped.
+
+    A record with ``held_until`` in the future stays: its process was stuck in the driver
+    when it was killed, and the driver lets go of the card only when that call returns."""
     procs = state["processes"]
-    live = [p for p in procs if pid_alive(int(p["pid"]))]
+    now = time.time()
+    live = [p for p in procs if pid_alive(int(p["pid"])) or float(p.get("held_until", 0)) > now]
     state["processes"] = live
     return len(live) != len(procs)
 

@@ -1,113 +1,65 @@
-"""HTTP side of the fake server: the OpenAI-compatible subset and /metrics.
+"""HTTP side of the fake API server: the OpenAI-compatible subset, /metrics and the profiler.
 
-Served by ``http.server.ThreadingHTTPServer`` so a slow completion does not
-block /health probes, like uvicorn's event loop does not.
+Served by ``http.server.ThreadingHTTPServer`` so a slow completion does not block /health
+probes, like uvicorn's event loop does not. Everything that needs the engine goes through the
+engine core process: a completion, and ``/start_profile`` / ``/stop_profile``, which vLLM
+routes as utility calls (``AsyncLLM.start_profile``): they wait for the engine's busy loop, so
+they hang while a step is stuck, and ``/stop_profile`` returns only after the workers parsed
+their traces.
 """
 
 from __future__ import annotations
 
 import json
-import threading
 import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from ascend_doctor.sim.engine_core import TTFT_BUCKETS, Engine, ttft_seconds
-from ascend_doctor.sim.msprof import write_ascend_pt
+from ascend_doctor.sim.engine_client import EngineClient
+from ascend_doctor.sim.engine_core import ServeConfig
 from ascend_doctor.sim.otlp import RequestTiming, SpanSender
-from ascend_doctor.sim.vlog import API, ENGINE
-
-VERSION = "0.11.0"
-
-
-def render_metrics(engine: Engine) -> str:
-    """Prometheus text exposition with vLLM v1 metric names."""
-    cfg = engine.cfg
-    lbl = f'engine="0",model_name="{cfg.served_name}"'
-    out: list[str] = []
-
-    def metric(name: str, kind: str, help_text: str, value: float, suffix: str = "") -> None:
-        out.append(f"# HELP {name} {help_text}")
-        out.append(f"# TYPE {name} {kind}")
-        out.append(f"{name}{suffix}{{{lbl}}} {float(value)}")
-
-    metric(
-        "vllm:num_requests_running",
-        "gauge",
-        "Number of requests in model execution batches.",
-        engine.running,
-    )
-    metric("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", 0)
-    metric(
-        "vllm:kv_cache_usage_perc",
-        "gauge",
-        "KV-cache usage. 1 means 100 percent usage.",
-        engine.kv_usage(),
-    )
-    metric(
-        "vllm:num_preemptions",
-        "counter",
-        "Cumulative number of preemption from the engine.",
-        0,
-        "_total",
-    )
-    metric(
-        "vllm:prompt_tokens",
-        "counter",
-        "Number of prefill tokens processed.",
-        engine.prompt_tokens_total,
-        "_total",
-    )
-    metric(
-        "vllm:generation_tokens",
-        "counter",
-        "Number of generation tokens processed.",
-        engine.generation_tokens_total,
-        "_total",
-    )
-    out.append("# HELP vllm:request_success_total Count of successfully processed requests.")
-    out.append("# TYPE vllm:request_success_total counter")
-    out.append(
-        f'vllm:request_success_total{{engine="0",finished_reason="length",'
-        f'model_name="{cfg.served_name}"}} {float(engine.success_total)}'
-    )
-    name = "vllm:time_to_first_token_seconds"
-    out.append(f"# HELP {name} Histogram of time to first token in seconds.")
-    out.append(f"# TYPE {name} histogram")
-    for bound, count in zip(TTFT_BUCKETS, engine.ttft_counts, strict=True):
-        out.append(f'{name}_bucket{{{lbl},le="{bound}"}} {float(count)}')
-    out.append(f'{name}_bucket{{{lbl},le="+Inf"}} {float(engine.ttft_count)}')
-    out.append(f"{name}_count{{{lbl}}} {float(engine.ttft_count)}")
-    out.append(f"{name}_sum{{{lbl}}} {engine.ttft_sum}")
-    info = (
-        f'block_size="{cfg.block_size}",cache_dtype="auto",'
-        f'gpu_memory_utilization="{cfg.gpu_memory_utilization}",'
-        f'num_cpu_blocks="None",num_gpu_blocks="{engine.plan.num_gpu_blocks}"'
-    )
-    out.append("# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig")
-    out.append("# TYPE vllm:cache_config_info gauge")
-    out.append(f'vllm:cache_config_info{{{info},engine="0"}} 1.0')
-    return "\n".join(out) + "\n"
+from ascend_doctor.sim.versions import VersionProfile
+from ascend_doctor.sim.vlog import VllmOut
 
 
 class SimServer(ThreadingHTTPServer):
-    """ThreadingHTTPServer that carries the engine for its handlers."""
+    """ThreadingHTTPServer that carries the engine client for its handlers."""
 
     daemon_threads = True
-    engine: Engine
-    """Set by the server once start-up succeeded, before serving begins."""
+    engine: EngineClient
+    """Set by the API server before serving begins."""
 
-    def __init__(self, addr: tuple[str, int], profiler_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        addr: tuple[str, int],
+        cfg: ServeConfig,
+        version: VersionProfile,
+        out: VllmOut,
+        profiler_dir: Path | None = None,
+    ) -> None:
         super().__init__(addr, Handler)
+        self.cfg, self.version, self.out = cfg, version, out
         self.profiler_dir = profiler_dir
         """Torch trace directory; None means no /start_profile route (404), as in vLLM."""
-        self.profile_started: float | None = None
-        """Wall time of the running capture's start, None when not profiling."""
-        self.profile_lock = threading.Lock()
         self.spans: SpanSender | None = None
         """Where request spans go (``--otlp-traces-endpoint``); None sends none."""
+
+
+def _sampling_params(max_tokens: int, body: dict[str, Any]) -> str:
+    # SamplingParams.__repr__ (vllm/sampling_params.py), defaults of an OpenAI completion.
+    return (
+        f"SamplingParams(n={int(body.get('n', 1))}, presence_penalty=0.0, "
+        "frequency_penalty=0.0, repetition_penalty=1.0, "
+        f"temperature={float(body.get('temperature', 1.0))}, "
+        f"top_p={float(body.get('top_p', 1.0))}, "
+        "top_k=0, min_p=0.0, seed=None, stop=[], stop_token_ids=[], bad_words=[], "
+        f"include_stop_str_in_output=False, ignore_eos=False, max_tokens={max_tokens}, "
+        "min_tokens=0, logprobs=None, prompt_logprobs=None, skip_special_tokens=True, "
+        "spaces_between_special_tokens=True, truncate_prompt_tokens=None, "
+        "structured_outputs=None, extra_args=None)"
+    )
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -127,9 +79,8 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
         reason = self.responses.get(status, ("",))[0]
         host, port = self.client_address[:2]
-        self.server.engine.out.raw(
-            API,
-            f'INFO:     {host}:{port} - "{self.command} {self.path} HTTP/1.1" {status} {reason}',
+        self.server.out.raw(
+            f'INFO:     {host}:{port} - "{self.command} {self.path} HTTP/1.1" {status} {reason}'
         )
 
     def _json(self, status: int, obj: object) -> None:
@@ -142,13 +93,12 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         """/health, /metrics, /v1/models, /version."""
-        engine = self.server.engine
-        cfg = engine.cfg
+        engine, cfg = self.server.engine, self.server.cfg
         path = self.path.split("?", 1)[0]
         if path == "/health":
             self._send(503 if engine.dead.is_set() else 200, b"")
         elif path == "/metrics":
-            self._send(200, render_metrics(engine).encode(), "text/plain; version=0.0.4")
+            self._send(200, engine.metrics.render(), "text/plain; version=0.0.4; charset=utf-8")
         elif path == "/v1/models":
             card = {
                 "id": cfg.served_name,
@@ -161,7 +111,7 @@ class Handler(BaseHTTPRequestHandler):
             }
             self._json(200, {"object": "list", "data": [card]})
         elif path == "/version":
-            self._json(200, {"version": VERSION})
+            self._json(200, {"version": self.server.version.vllm})
         else:
             self._json(404, {"detail": "Not Found"})
 
@@ -171,7 +121,7 @@ class Handler(BaseHTTPRequestHandler):
         raw = self.rfile.read(length) if length else b""
         path = self.path.split("?", 1)[0]
         if path in ("/start_profile", "/stop_profile") and self.server.profiler_dir is not None:
-            self._profile(path == "/start_profile", self.server.profiler_dir)
+            self._profile(path == "/start_profile")
             return
         if path != "/v1/completions":
             self._json(404, {"detail": "Not Found"})
@@ -185,37 +135,39 @@ class Handler(BaseHTTPRequestHandler):
             return
         self._complete(body)
 
-    def _profile(self, start: bool, root: Path) -> None:
-        # vLLM answers 200 with an empty body once the engine has started or stopped.
-        srv, out = self.server, self.server.engine.out
-        with srv.profile_lock:
-            if start:
-                out.log(API, "INFO", "api_server.py:1028", "Starting profiler...")
-                if srv.profile_started is None:
-                    srv.profile_started = time.time()
-                out.log(API, "INFO", "api_server.py:1030", "Profiler started.")
-            else:
-                out.log(API, "INFO", "api_server.py:1036", "Stopping profiler...")
-                began, srv.profile_started = srv.profile_started, None
-                if began is not None:
-                    top = write_ascend_pt(root, out.pid, began, time.time(), self._device())
-                    out.log(
-                        ENGINE,
-                        "INFO",
-                        "torch_npu_profiler.py:88",
-                        f"Profiling data is saved in {top}",
-                    )
-                out.log(API, "INFO", "api_server.py:1038", "Profiler stopped.")
+    def _profile(self, start: bool) -> None:
+        # vLLM answers 200 with an empty body once every worker has started or stopped.
+        out = self.server.out
+        word = "Starting" if start else "Stopping"
+        out.log("INFO", "api_router.py:23" if start else "api_router.py:31", f"{word} profiler...")
+        if not self.server.engine.profile(start):
+            self._error(500, "InternalServerError", "EngineCore encountered an issue.")
+            return
+        out.log(
+            "INFO",
+            "api_router.py:25" if start else "api_router.py:33",
+            "Profiler started." if start else "Profiler stopped.",
+        )
         self._send(200, b"")
 
-    def _device(self) -> int:
-        devices = self.server.engine.cfg.devices
-        return devices[0] if devices else 0
+    def _log_request(
+        self, request_id: str, prompt: str, max_tokens: int, body: dict[str, Any]
+    ) -> None:
+        params = _sampling_params(max_tokens, body)
+        if self.server.version.request_log == "prompt":
+            ids = list(range(100, 100 + len(prompt.split())))
+            text = (
+                f"Received request {request_id}: prompt: {prompt!r}, params: {params}, "
+                f"prompt_token_ids: {ids}, prompt_embeds shape: None, lora_request: None."
+            )
+            self.server.out.log("INFO", "logger.py:41", text)
+        else:
+            text = f"Received request {request_id}: params: {params}, lora_request: None."
+            self.server.out.log("INFO", "logger.py:64", text)
 
     def _complete(self, body: dict[str, Any]) -> None:
         arrival = time.time()
-        engine = self.server.engine
-        cfg = engine.cfg
+        engine, cfg = self.server.engine, self.server.cfg
         model = body.get("model", cfg.served_name)
         if model not in (cfg.served_name, cfg.model):
             self._error(404, "NotFoundError", f"The model `{model}` does not exist.")
@@ -235,14 +187,17 @@ class Handler(BaseHTTPRequestHandler):
                 "messages or completion.",
             )
             return
-        if not engine.complete(prompt_tokens, max_tokens):
+        request_id = f"cmpl-{uuid.uuid4().hex}"
+        if cfg.log_requests:
+            self._log_request(f"{request_id}-0", str(prompt), max_tokens, body)
+        done = engine.generate(prompt_tokens, max_tokens)
+        if done is None:
             self._error(
                 500,
                 "InternalServerError",
                 "EngineCore encountered an issue. See stack trace (above) for the root cause.",
             )
             return
-        request_id = f"cmpl-{uuid.uuid4().hex}"
         if self.server.spans is not None:
             self.server.spans.add(
                 RequestTiming(
@@ -256,7 +211,7 @@ class Handler(BaseHTTPRequestHandler):
                     n=int(body.get("n", 1)),
                     arrival=arrival,
                     scheduled=arrival,
-                    first_token=arrival + ttft_seconds(prompt_tokens),
+                    first_token=arrival + float(done.get("ttft", 0.0)),
                     finished=time.time(),
                     traceparent=self.headers.get("traceparent", ""),
                 )

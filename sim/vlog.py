@@ -1,49 +1,55 @@
-"""Output of the fake server: vLLM stdout lines and CANN plog/device log files.
+"""Output of the fake server's processes: vLLM stdout lines, CANN plogs, the host kernel log.
 
-vLLM prefixes every line (also each line of a traceback) with the process tag,
-level, a year-less timestamp and ``[file.py:LINE]``; plog lines follow the CANN
-format ``[LEVEL] MODULE(PID,PNAME):yyyy-mm-dd-hh:mm:ss.mmm.uuu [file.cc:LINE]TID Text``.
-Everything is flushed per line because the doctor tails both live.
+Each process writes its own lines. vLLM's ``decorate_logs`` prefixes every line a process writes
+with ``(Name pid=N) `` (coloured ``ESC[1;36m`` in 0.11 always, later only on a terminal), and
+its ``NewLineFormatter`` repeats the record header after ``\\r\\n`` on each further line of a
+multi-line record (vllm/utils ``_add_prefix``, vllm/logging_utils/formatter.py). Plog lines follow
+the CANN format ``[LEVEL] MODULE(PID,PNAME):yyyy-mm-dd-hh:mm:ss.mmm.uuu [file.cc:LINE]TID Text``,
+one file per process that uses the NPU, created at its first line. Everything is written with
+one ``write`` per record because the doctor tails all of it live.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import TextIO
 
 API = "APIServer"
-ENGINE = "EngineCore_DP0"
+
+_CYAN, _RESET = "\033[1;36m", "\033[0;0m"
 
 
 class VllmOut:
-    """Writes vLLM-style lines to stdout from any thread."""
+    """Writes one process's vLLM-style lines to its stdout (fd 1) from any thread."""
 
-    def __init__(self, pid: int, stream: TextIO | None = None) -> None:
-        self.pid = pid
-        self._stream = stream if stream is not None else sys.stdout
+    def __init__(self, proc: str, pid: int, *, colored: bool = False, fd: int = 1) -> None:
+        self.proc, self.pid, self.fd = proc, pid, fd
+        tag = f"({proc} pid={pid})"
+        self.prefix = f"{_CYAN}{tag}{_RESET} " if colored else f"{tag} "
         self._lock = threading.Lock()
 
-    def log(self, proc: str, level: str, where: str, message: str) -> None:
-        """One logger record; a multi-line message repeats the prefix on each line."""
+    def log(self, level: str, where: str, message: str) -> None:
+        """One logger record; further lines repeat the header after ``\\r\\n``."""
         stamp = datetime.now().strftime("%m-%d %H:%M:%S")
-        prefix = f"({proc} pid={self.pid}) {level} {stamp} [{where}] "
-        self._write("".join(prefix + line + "\n" for line in message.split("\n")))
+        header = f"{level} {stamp} [{where}] "
+        body = message.replace("\n", "\r\n" + header)
+        self._write(header + body + "\n")
 
-    def raw(self, proc: str, text: str) -> None:
-        """Unformatted output of a process (an uncaught traceback), tagged per line."""
-        self._write("".join(f"({proc} pid={self.pid}) {line}\n" for line in text.split("\n")))
+    def raw(self, text: str) -> None:
+        """Unformatted output (an uncaught traceback, uvicorn's own lines)."""
+        self._write(text if text.endswith("\n") else text + "\n")
 
     def _write(self, text: str) -> None:
+        # decorate_logs puts the prefix after every newline the process writes.
+        lines = text.split("\n")
+        out = "".join(self.prefix + ln + "\n" for ln in lines[:-1])
         with self._lock:
             try:
-                self._stream.write(text)
-                self._stream.flush()
-            except (BrokenPipeError, ValueError):
+                os.write(self.fd, out.encode())
+            except (BrokenPipeError, OSError):
                 # The reader went away (supervisor killed); nothing left to tell.
                 pass
 
@@ -70,7 +76,7 @@ def _file_stamp() -> str:
 
 
 class Plog:
-    """The plog file of this process and its device log files."""
+    """The plog file of one process and its device log files, created at the first line."""
 
     def __init__(self, root: Path, pid: int, devices: list[int]) -> None:
         self.pid = pid
@@ -81,9 +87,6 @@ class Plog:
             d: root / "debug" / f"device-{d}" / f"device-{pid}_{stamp}.log" for d in devices
         }
         self._lock = threading.Lock()
-        for p in (self.path, *self.device_paths.values()):
-            p.parent.mkdir(parents=True, exist_ok=True)
-            p.touch()
 
     def line(self, level: str, module: str, where: str, text: str, tid: int | None = None) -> str:
         """Format one CANN log line (without newline)."""
@@ -94,20 +97,23 @@ class Plog:
         """Append a standard-format line to the plog."""
         self._append(self.path, self.line(level, module, where, text))
 
-    def drv(self, level: str, submodule: str, func: str, text: str) -> None:
-        """Append a driver line: ``[ascend][curpid: P, T][drv][sub][func line] text``."""
-        line = (
-            f"[{level}] DRV({self.pid},python3):{plog_stamp()} "
-            f"[ascend][curpid: {self.pid}, {self.tid}][drv][{submodule}][{func}] {text}"
-        )
-        self._append(self.path, line)
-
     def device(self, device: int, level: str, module: str, where: str, text: str) -> None:
         """Append a line to the device log of ``device`` (plog if it has none)."""
         path = self.device_paths.get(device, self.path)
         self._append(path, self.line(level, module, where, text))
 
     def _append(self, path: Path, line: str) -> None:
-        with self._lock, path.open("a", encoding="utf-8") as f:
-            f.write(line + "\n")
-            f.flush()
+        with self._lock:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("a", encoding="utf-8") as f:
+                f.write(line + "\n")
+
+
+def kernel_log(path: Path, text: str) -> None:
+    """Append a host kernel line as syslog writes it to ``/var/log/messages``."""
+    uptime = time.monotonic()
+    stamp = datetime.now().strftime("%b %e %H:%M:%S")
+    line = f"{stamp} localhost kernel: [{uptime:12.6f}] {text}\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as f:
+        f.write(line)

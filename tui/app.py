@@ -20,6 +20,7 @@ from ascend_doctor.tui.screens import (
     IncidentScreen,
     LogsScreen,
     OverviewScreen,
+    ProfilesScreen,
     TracesScreen,
 )
 
@@ -84,6 +85,10 @@ class DoctorApp(App[None]):
     def action_logs(self) -> None:
         """The logs screen."""
         self.push_screen(LogsScreen())
+
+    def action_profiles(self) -> None:
+        """The captured profiles with their analysis."""
+        self.push_screen(ProfilesScreen())
 
     def action_help(self) -> None:
         """The help screen."""
@@ -155,6 +160,7 @@ class DoctorApp(App[None]):
             ("Run next remediation step", "r: asks first", self.action_next_step),
             ("Traces", "t: recent traces", self.action_traces),
             ("Logs", "l: every log source", self.action_logs),
+            ("Profiles", "f: captured profiles and their analysis", self.action_profiles),
             ("Overview", "o: back to the overview", self.action_overview),
             ("Help", "?: key bindings", self.action_help),
         ):

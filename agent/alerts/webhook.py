@@ -13,7 +13,7 @@ A body (schema v1; every field is documented on ``ascend_doctor.agent.alerts.mod
      "dedup_key": "ascend-doctor:node-7:12:1796234242", "host": "node-7",
      "summary": "NPU 3 lost its heartbeat (device_fault on node-7 npu3, escalated)",
      "severity": "critical", "category": "device_fault", "subject": "npu3", "device": "npu3",
-     "incident_id": 12, "state": "escalated", "rule": "drv-device-heartbeat-lost",
+     "incident_id": 12, "state": "escalated", "rule": "drv-soft-fault-heartbeat-lost",
      "root_cause": "NPU 3 lost its heartbeat", "explain": "...",
      "evidence": ["/var/log/npu/plog/plog-1.log:88: [ERROR] DRV... heartbeat lost"],
      "actions": [{"name": "reset_device", "outcome": "refused", "reason": "...", "at": 1.7e9}],

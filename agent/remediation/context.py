@@ -3,12 +3,12 @@ watched server (through :class:`ServerSide`) and the host's tools."""
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from ascend_doctor.collectors.npu_smi import npu_smi_binary
 from ascend_doctor.core.config import RemediationConfig
 from ascend_doctor.core.events import Outcome
 from ascend_doctor.core.launch import LaunchSpec
@@ -32,6 +32,11 @@ class ServerSide(Protocol):
     @property
     def can_restart(self) -> bool:
         """Attach mode with a restart command: ``restart`` runs it."""
+        ...
+
+    @property
+    def pid(self) -> int | None:
+        """The server's main pid now (None when it does not run)."""
         ...
 
     @property
@@ -96,8 +101,7 @@ class Context:
 
     def npu_smi(self) -> str:
         """The npu-smi binary as the server's PATH finds it."""
-        path = self.server.base_env.get("PATH")
-        return shutil.which(self.host.npu_smi, path=path) or self.host.npu_smi
+        return npu_smi_binary(self.host.npu_smi, self.server.base_env)
 
     def devices(self) -> list[int]:
         """The NPUs the server uses (``ASCEND_RT_VISIBLE_DEVICES``), [] when unknown."""

@@ -14,6 +14,7 @@ from ascend_doctor.agent.remediation.context import Context, Done, Evidence
 from ascend_doctor.agent.remediation.launch_actions import to_int
 from ascend_doctor.core.errors import CollectorError
 from ascend_doctor.core.events import Incident, Outcome
+from ascend_doctor.core.procs import descendants, is_own, pid_alive
 from ascend_doctor.core.records import encode
 
 log = logging.getLogger(__name__)
@@ -65,7 +66,8 @@ async def capture_profile(
         artifact = await ctx.host.profile()
     except Exception as exc:
         return Done(Outcome.FAILED, f"profile not captured: {exc}")
-    return Done(Outcome.OK, f"profile recorded in {artifact.path}", encode(artifact))
+    said = f": {artifact.analysis.headline}" if artifact.analysis is not None else ""
+    return Done(Outcome.OK, f"profile recorded in {artifact.path}{said}", encode(artifact))
 
 
 async def restart(ctx: Context, inc: Incident, params: dict[str, Any], ev: Evidence) -> Done:
@@ -103,9 +105,30 @@ def reset_command(device: int | None, chip: int = 0) -> list[str]:
     ]
 
 
+HOLDER_POLL_S = 0.5
+"""How often the process table is read while the server's own processes let go of the cards."""
+
+
+def _pids(procs: list[Any]) -> str:
+    return ", ".join(f"pid {h.pid} ({h.name}) holds device {h.npu}" for h in procs)
+
+
 async def reset_device(ctx: Context, inc: Incident, params: dict[str, Any], ev: Evidence) -> Done:
-    """``npu-smi set -t reset -i N -c 0`` on this server's faulty device, then check its health."""
-    from ascend_doctor.collectors.npu_smi import parse_info, parse_pairs, run_npu_smi
+    """``npu-smi set -t reset -i N -c 0`` on this server's faulty device, then check its health.
+
+    On an Atlas 800T A2 npu-smi resets every NPU of the board (HCCS joins them) after asking
+    twice; the doctor assumes that scope, answers yes only when every NPU is idle or held by
+    the server's own processes (waiting, up to ``command_timeout``, for its own processes to let
+    go: a process stuck in the driver keeps its card after the server stopped), and refuses
+    when another job holds any of them.
+    """
+    from ascend_doctor.collectors.npu_smi import (
+        RESET_ANSWERS,
+        parse_info,
+        parse_pairs,
+        parse_reset,
+        run_npu_smi,
+    )
 
     devices = ctx.devices()
     device = failed_device(ctx, inc, params, ev)
@@ -122,22 +145,49 @@ async def reset_device(ctx: Context, inc: Incident, params: dict[str, Any], ev: 
     if device not in devices:
         return Done(Outcome.REFUSED, f"device {device} is not used by this server ({devices})", p)
     binary = ctx.npu_smi()
+    own = set(ctx.server.own_pids)
     if ctx.server.running():
+        pid = ctx.server.pid
+        own.update(descendants(pid) if pid is not None else [])
         await ctx.server.stop(f"stopping the server to reset device {device}")
-    try:
-        info_run = await run_npu_smi(binary, ["info"], timeout=ctx.host.npu_smi_timeout)
-        info = parse_info(info_run.stdout)
-    except CollectorError as exc:
-        return Done(Outcome.FAILED, f"cannot read the process table before a reset: {exc}", p)
-    holders = [pr for pr in info.processes_on(device) if pr.pid not in ctx.server.own_pids]
-    if holders:
-        pids = ", ".join(f"pid {h.pid} ({h.name})" for h in holders)
-        p["holders"] = [h.pid for h in holders]
-        return Done(Outcome.REFUSED, f"reset refused: {pids} holds device {device}", p)
+    deadline = ctx.clock() + ctx.config.command_timeout
+    while True:
+        try:
+            info_run = await run_npu_smi(binary, ["info"], timeout=ctx.host.npu_smi_timeout)
+            info = parse_info(info_run.stdout)
+        except CollectorError as exc:
+            return Done(Outcome.FAILED, f"cannot read the process table before a reset: {exc}", p)
+        scope = sorted({d.npu for d in info.devices} | {device})
+        held = [pr for pr in info.processes if pr.npu in scope]
+        foreign = [pr for pr in held if pid_alive(pr.pid) and not is_own(pr.pid, own)]
+        if foreign:
+            p["holders"] = [h.pid for h in foreign]
+            on_it = [h for h in foreign if h.npu == device]
+            if on_it:
+                return Done(Outcome.REFUSED, f"reset refused: {_pids(on_it)}", p)
+            return Done(
+                Outcome.REFUSED,
+                "reset refused: npu-smi resets every NPU of this board at once (HCCS) and "
+                + _pids(foreign),
+                p,
+            )
+        if not held:
+            break
+        if ctx.clock() >= deadline:
+            p["holders"] = [h.pid for h in held]
+            return Done(
+                Outcome.FAILED,
+                f"this server's {_pids(held)} {ctx.config.command_timeout:.0f}s after it was "
+                "stopped (stuck in the driver?)",
+                p,
+            )
+        await ctx.sleep(HOLDER_POLL_S)
+    p["scope"] = scope
     p["command"] = reset_command(device, chip)
-    argv = p["command"][1:]
     try:
-        res = await run_npu_smi(binary, argv, timeout=ctx.config.command_timeout)
+        res = await run_npu_smi(
+            binary, p["command"][1:], timeout=ctx.config.command_timeout, answers=RESET_ANSWERS
+        )
     except CollectorError as exc:
         return Done(Outcome.FAILED, str(exc), p)
     p["output"] = (res.stdout + res.stderr).strip()[-500:]
@@ -145,8 +195,12 @@ async def reset_device(ctx: Context, inc: Incident, params: dict[str, Any], ev: 
         return Done(
             Outcome.UNKNOWN, f"npu-smi reset did not finish in {ctx.config.command_timeout:.0f}s", p
         )
-    if res.returncode != 0:
-        return Done(Outcome.FAILED, f"npu-smi reset exited with status {res.returncode}", p)
+    result = parse_reset(res.stdout)
+    if res.returncode != 0 or result.status != "OK":
+        said = result.message or "no result line"
+        return Done(
+            Outcome.FAILED, f"npu-smi reset failed: {said} (exit status {res.returncode})", p
+        )
     await ctx.sleep(ctx.config.reset_settle)
     health_run = await run_npu_smi(
         binary,

@@ -110,7 +110,13 @@ class Remediator:
                 return self._escalate(inc, f"{planned.name}: {done.reason}")
             restart = restart or done.restart
         applied = restart and acting
-        self.incidents.stepped(inc.id, applied=applied)
+        inc = self.incidents.stepped(inc.id, applied=applied)
+        observe_only = all(not ACTIONS[p.name].touches_server for p in step if p.name in ACTIONS)
+        if acting and not restart and observe_only and inc.step >= len(steps):
+            # A plan that only looks (a profile, a snapshot) ends with what it saw: nothing
+            # will verify it and no finding comes back while the condition holds, so the
+            # incident goes to a human now, with the evidence the steps recorded.
+            return self._escalate(inc, "the plan only observes: what it recorded is for a human")
         return StepResult(restart=applied)
 
     async def _run(self, inc: Incident, planned: PlannedAction, ev: Evidence) -> Done:

@@ -32,7 +32,6 @@ from opentelemetry.trace import (
     Tracer,
 )
 
-from ascend_doctor.agent.telemetry.resource import device_attributes
 from ascend_doctor.core.events import (
     ActionResult,
     Finding,
@@ -42,6 +41,7 @@ from ascend_doctor.core.events import (
     Severity,
 )
 from ascend_doctor.core.store import Store
+from ascend_doctor.metrics.devices import device_attributes
 
 log = logging.getLogger(__name__)
 

@@ -21,11 +21,8 @@ from ascend_doctor.agent.telemetry.export import (
     resolve_endpoint,
     span_exporter,
 )
-from ascend_doctor.agent.telemetry.http import HttpServer, Request, Response, parse_address
 from ascend_doctor.agent.telemetry.incident_traces import FixedIds, IncidentTracer
 from ascend_doctor.agent.telemetry.lifecycle import LifecycleTracer
-from ascend_doctor.agent.telemetry.metrics import DoctorMetrics
-from ascend_doctor.agent.telemetry.prom import prometheus_reader
 from ascend_doctor.agent.telemetry.receiver import Receiver, summary
 from ascend_doctor.agent.telemetry.resource import build_resource
 from ascend_doctor.core.config import Config
@@ -37,7 +34,10 @@ from ascend_doctor.core.events import (
     ProcessEvent,
     Sample,
 )
+from ascend_doctor.core.httpd import HttpServer, Request, Response, parse_address
 from ascend_doctor.core.store import Store, StoreListener
+from ascend_doctor.metrics.doctor import DoctorMetrics
+from ascend_doctor.metrics.prom import prometheus_reader
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-TELEMETRY = ROOT / "agent" / "telemetry"
+METRICS = ROOT / "metrics"
 
 DEVICE_LABELS = frozenset(
     {"hw_id", "hw_type", "hw_model", "hw_driver_version", "id", "model_name", "vdie_id"}
@@ -72,9 +72,9 @@ _DECLARED = re.compile(
 
 
 def declared() -> dict[str, str]:
-    """Instrument name -> kind, from the create_* calls in agent/telemetry/*metrics.py."""
+    """Instrument name -> kind, from the create_* calls in metrics/*.py."""
     out: dict[str, str] = {}
-    for path in sorted(TELEMETRY.glob("*metrics.py")):
+    for path in sorted(METRICS.glob("*.py")):
         for kind, name in _DECLARED.findall(path.read_text()):
             assert name not in out, name
             out[name] = kind.replace("_", "")
@@ -94,14 +94,12 @@ class Instrument:
 def feed() -> tuple[dict[str, Instrument], str]:
     """Every instrument DoctorMetrics creates, fed once through the doctor's own feeds; what
     the SDK exports, and the Prometheus text the doctor's endpoint serves for it (the reader
-    and registry of agent/telemetry/prom.py, as the daemon uses them)."""
+    and registry of metrics/prom.py, as the daemon uses them)."""
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import Gauge, Histogram, InMemoryMetricReader, Sum
     from opentelemetry.sdk.resources import Resource
     from prometheus_client import generate_latest
 
-    from ascend_doctor.agent.telemetry.metrics import DoctorMetrics
-    from ascend_doctor.agent.telemetry.prom import prometheus_reader
     from ascend_doctor.core.events import (
         ActionResult,
         Category,
@@ -115,6 +113,8 @@ def feed() -> tuple[dict[str, Instrument], str]:
         Severity,
     )
     from ascend_doctor.core.store_spans import SpanRecord
+    from ascend_doctor.metrics.doctor import DoctorMetrics
+    from ascend_doctor.metrics.prom import prometheus_reader
 
     reader, registry = prometheus_reader()
     memory = InMemoryMetricReader()

@@ -192,7 +192,7 @@ def test_systemd_analyze_verify(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", DOCTOR_UNITS)
 def test_doctor_units_wait_for_ready_and_have_a_watchdog(name: str) -> None:
-    """Type=notify with a watchdog: the doctor (agent/sdnotify.py) says READY=1 and pings at
+    """Type=notify with a watchdog: the doctor (core/sdnotify.py) says READY=1 and pings at
     half of WATCHDOG_USEC; only its own notifications count; a missed ping restarts it."""
     unit = parse_unit(SYSTEMD / name)
     assert value(unit, "Service", "Type") == "notify"

@@ -172,3 +172,26 @@ def test_since_parses_units() -> None:
     assert parse_since("1d") == 86400
     with pytest.raises(ConfigError):
         parse_since("2 weeks")
+
+
+def test_diagnose_shows_the_profiles_of_a_bundle(tmp_path: Path) -> None:
+    from ascend_doctor.agent.profiling import TORCH_KIND, summarize
+    from ascend_doctor.cli.main import main
+    from ascend_doctor.core.records import Artifact
+
+    state = synthetic_state(tmp_path)
+    capture = Path(__file__).parents[1] / "fixtures" / "profile" / "msprof-analyze-cluster-8rank"
+    art = summarize(Artifact(TORCH_KIND, str(capture), 1, 0.0, 1.0), advisor=False)
+    store = Store.in_dir(state)
+    try:
+        store.add_artifact(art)
+    finally:
+        store.close()
+    out = tmp_path / "b.tar.gz"
+    run_bundle("--state-dir", str(state), "-o", str(out))
+    result = CliRunner().invoke(main, ["diagnose", str(out)])
+    assert "PROFILES" in result.output, result.output
+    assert "rank 1 is the slow rank" in result.output and "<- slow" in result.output
+    data = json.loads(CliRunner().invoke(main, ["diagnose", "--json", str(out)]).output)
+    (prof,) = data["profiles"]
+    assert prof["headline"].startswith("rank 1 is the slow rank") and prof["path"] == str(capture)

@@ -61,9 +61,17 @@ def test_quickstart_reaches_a_watched_server(tmp_path: Path) -> None:
         f"{again_block.rstrip()} > watch2.out 2>&1 &\n"
         "echo $! > watch2.pid\nwait $!\n"
     )
+    # what the operator types at npu-smi's two reset questions (step 7)
     session = subprocess.Popen(
-        ["bash", "-c", script], cwd=tmp_path, env=env, start_new_session=True
+        ["bash", "-c", script],
+        cwd=tmp_path,
+        env=env,
+        start_new_session=True,
+        stdin=subprocess.PIPE,
     )
+    assert session.stdin is not None
+    session.stdin.write(b"Y\ny\n")
+    session.stdin.close()
     try:
         state = work / "state"
 

@@ -206,7 +206,7 @@ def test_dry_run_and_suggest_change_nothing_on_the_server(tmp_path: Path, mode: 
         doc.stop()
         calls = [c["argv"] for c in host.npu_smi_calls()]
         assert not [c for c in calls if "set" in c], "npu-smi was asked to change something"
-        assert host.device(3)["health"] == "Critical", "the device was not touched"
+        assert host.device(3)["fault"] == "heartbeat_lost", "the device was not touched"
         assert doc.read(lambda s: s.overrides()) == []
         starts = [
             ln

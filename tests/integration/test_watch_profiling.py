@@ -49,8 +49,9 @@ async def profile_cli(state: Path, env: dict[str, str], *args: str) -> str:
     return out.decode()
 
 
-async def test_profiling_end_to_end(tmp_path: Path) -> None:
-    host = SimHost.create(tmp_path / "host", load_seconds=0.1)
+@pytest.mark.parametrize("version", ["0.11", "0.23"])
+async def test_profiling_end_to_end(tmp_path: Path, version: str) -> None:
+    host = SimHost.create(tmp_path / "host", load_seconds=0.1, vllm_version=version)
     state = tmp_path / "state"
     port = free_port()
     config = Config(
@@ -66,11 +67,17 @@ async def test_profiling_end_to_end(tmp_path: Path) -> None:
         assert sup is not None
         await wait_for(lambda: sup.state == ProcessState.RUNNING, 60, "the server")
         spec = daemon.effective_spec()
-        profiler = json.loads(spec.flag("--profiler-config") or "{}")
-        assert profiler == {
-            "profiler": "torch",
-            "torch_profiler_dir": str(state / "profiles/torch"),
-        }
+        learned = read_store(state, lambda s: s.server_version())
+        assert learned is not None and learned.vllm == f"{version}.0"
+        if version == "0.11":  # --profiler-config would be an unknown flag: exit 2
+            assert spec.flag("--profiler-config") is None
+            assert spec.env["VLLM_TORCH_PROFILER_DIR"] == str(state / "profiles/torch")
+        else:  # 0.18 ignores the variable: only the flag switches the profiler on
+            profiler = json.loads(spec.flag("--profiler-config") or "{}")
+            assert profiler == {
+                "profiler": "torch",
+                "torch_profiler_dir": str(state / "profiles/torch"),
+            }
         assert spec.env["PROFILING_MODE"] == "dynamic"
 
         env = {**os.environ, **host.env()}

@@ -23,9 +23,12 @@ def serve(host: SimHost) -> Iterator[Callable[..., ServerRun]]:
     runs: list[ServerRun] = []
 
     def start(
-        model: str, flags: list[str] | None = None, env: dict[str, str] | None = None
+        model: str,
+        flags: list[str] | None = None,
+        env: dict[str, str] | None = None,
+        version: str | None = None,
     ) -> ServerRun:
-        run = ServerRun(host, model, flags or [], env or {})
+        run = ServerRun(host, model, flags or [], env or {}, version)
         runs.append(run)
         return run
 

@@ -8,9 +8,11 @@ import subprocess
 import time
 
 import httpx
+import psutil
 import pytest
 
 from ascend_doctor.sim.host import SimHost
+from ascend_doctor.sim.versions import VERSION_ENV
 
 
 def free_port() -> int:
@@ -24,7 +26,14 @@ def free_port() -> int:
 class ServerRun:
     """One fake ``vllm serve`` subprocess with its output in a file."""
 
-    def __init__(self, host: SimHost, model: str, flags: list[str], env: dict[str, str]) -> None:
+    def __init__(
+        self,
+        host: SimHost,
+        model: str,
+        flags: list[str],
+        env: dict[str, str],
+        version: str | None = None,
+    ) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.out_path = host.root / f"server-{self.port}.out"
@@ -32,7 +41,14 @@ class ServerRun:
         with self.out_path.open("w") as out:
             self.proc = subprocess.Popen(
                 argv,
-                env={**os.environ, **host.env(), "VLLM_LOG_STATS_INTERVAL": "0.3", **env},
+                start_new_session=True,
+                env={
+                    **os.environ,
+                    **host.env(),
+                    "VLLM_LOG_STATS_INTERVAL": "0.3",
+                    **({VERSION_ENV: version} if version else {}),
+                    **env,
+                },
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
@@ -64,9 +80,32 @@ class ServerRun:
             self.proc.kill()
             pytest.fail(f"server did not exit in {timeout}s:\n{self.output()}")
 
+    def tree(self) -> list[psutil.Process]:
+        """The server's live descendants (engine core, workers), children first."""
+        try:
+            return psutil.Process(self.proc.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return []
+
+    def engine_pid(self) -> int:
+        """The pid of the ``VLLM::EngineCore`` child."""
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            for p in self.tree():
+                try:
+                    if p.cmdline()[:1] == ["VLLM::EngineCore"]:
+                        return p.pid
+                except psutil.Error:
+                    continue
+            time.sleep(0.05)
+        pytest.fail(f"no VLLM::EngineCore child:\n{self.output()}")
+
     def close(self) -> None:
         """Kill the server if still running and release the client."""
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+        # the whole process group: the engine core and workers (one stuck in the driver too)
+        try:
+            os.killpg(self.proc.pid, 9)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
         self.client.close()

@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 
 from ascend_doctor.sim.host import SimHost
-from ascend_doctor.sim.npu_smi_format import render_info
 
-FORMATS = Path("/work/shared/reference/FORMATS.md")
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "npu_smi" / "info-910b-8cards.txt"
 
 
 def npu_smi(host: SimHost, *args: str, timeout: float = 10.0) -> subprocess.CompletedProcess[str]:
@@ -31,36 +30,14 @@ def dead_pid() -> int:
     return proc.pid
 
 
-def test_table_matches_the_reference_layout() -> None:
-    if not FORMATS.exists():
-        pytest.skip("reference FORMATS.md not available")
-    sample = FORMATS.read_text().split("```\n")[1]
-    state = {
-        "devices": [
-            {
-                "id": 0,
-                "name": "910B3",
-                "health": "OK",
-                "bus_id": "0000:C1:00.0",
-                "power": 92.1,
-                "temp": 38,
-                "idle_hbm_mb": 3402 - 58212,
-            },
-            {
-                "id": 1,
-                "name": "910B3",
-                "health": "OK",
-                "bus_id": "0000:01:00.0",
-                "power": 89.7,
-                "temp": 37,
-                "idle_hbm_mb": 3398,
-            },
-        ],
-        "processes": [{"device": 0, "pid": 12345, "name": "python3", "memory_mb": 58212}],
-    }
-    # A busy card draws 95 W more; the reference sample shows an idle reading.
-    out = render_info(state).replace("187.1", "92.1 ")
-    assert out == sample
+def test_table_has_the_fixture_layout(host: SimHost) -> None:
+    """Column for column the layout of the 24.1 driver table (tests/fixtures/npu_smi)."""
+    fixture = FIXTURE.read_text().splitlines()
+    out = npu_smi(host, "info").stdout.splitlines()
+    assert out[:6] == fixture[:6]
+    assert [len(ln) for ln in out] == [98] * len(out)
+    rows = [ln for ln in out if ln.startswith("| ") and ln[28] == "|"]
+    assert all(ln[44] == "|" for ln in rows) and len(rows) >= 16
 
 
 def test_info_lists_eight_cards_and_live_processes_only(host: SimHost) -> None:
@@ -80,15 +57,29 @@ def test_info_lists_eight_cards_and_live_processes_only(host: SimHost) -> None:
     assert [p["device"] for p in procs] == [2]
 
 
+def reset(host: SimHost, device: int, answers: str | None) -> subprocess.CompletedProcess[str]:
+    """``npu-smi set -t reset -i N -c 0`` with ``answers`` on stdin (None: stdin closed)."""
+    env = {**os.environ, "PATH": host.env()["PATH"]}
+    env.pop("ASCEND_SIM_STATE", None)
+    return subprocess.run(
+        ["npu-smi", "set", "-t", "reset", "-i", str(device), "-c", "0"],
+        env=env,
+        input=answers if answers is not None else "",
+        capture_output=True,
+        text=True,
+        timeout=10,
+    )
+
+
 def test_health_usages_board(host: SimHost) -> None:
     ok = npu_smi(host, "info", "-t", "health", "-i", "0", "-c", "0")
-    assert ok.stdout.splitlines()[0] == "        Health Status                  : OK"
-    assert "Error Code                     : NA" in ok.stdout
+    assert ok.stdout.splitlines()[0] == "\tHealth Status                  : OK"
+    assert "\tError Code                     : NA" in ok.stdout
     host.inject(3, "heartbeat_lost")
     bad = npu_smi(host, "info", "-t", "health", "-i", "3", "-c", "0")
-    assert "Health Status                  : Critical" in bad.stdout
-    assert "Error Code                     : 80E18005" in bad.stdout
-    assert host.device(3)["health"] == "Critical"
+    assert "Health Status                  : Alarm" in bad.stdout
+    assert "Error Code                     : 80FA4E00" in bad.stdout
+    assert "event state=Heartbeat Lost." in bad.stdout
     usages = npu_smi(host, "info", "-t", "usages", "-i", "1")
     assert "HBM Capacity(MB)               : 65536" in usages.stdout
     board = npu_smi(host, "info", "-t", "board", "-i", "1", "-c", "0")
@@ -96,33 +87,72 @@ def test_health_usages_board(host: SimHost) -> None:
     assert "Firmware Version               : 7.5.0.1.220" in board.stdout
 
 
-def test_reset_refuses_while_held_then_succeeds(host: SimHost) -> None:
+def test_missing_device_is_an_invalid_card_id(host: SimHost) -> None:
+    res = npu_smi(host, "info", "-t", "health", "-i", "9", "-c", "0")
+    assert res.stdout.splitlines()[:2] == ["Invalid card id.", "Error parameter of -i"]
+    assert res.returncode == (-9001) & 0xFF
+
+
+def test_reset_with_stdin_closed_aborts_and_changes_nothing(host: SimHost) -> None:
+    host.inject(4, "heartbeat_lost")
+    res = reset(host, 4, None)
+    assert "Are you sure you want to continue resetting?(Y/N)" in res.stdout
+    assert "Message                        : User aborts reset server by inband." in res.stdout
+    assert res.returncode == (-9016) & 0xFF
+    assert host.device(4)["fault"] == "heartbeat_lost"
+
+
+def test_board_reset_asks_twice_and_resets_every_npu(host: SimHost) -> None:
+    host.inject(4, "heartbeat_lost")
+    host.inject(6, "hbm_ecc")
+    eof = reset(host, 4, "Y\n")
+    assert "It's AMP mode, but hccs is on, it will reboot all devices" in eof.stdout
+    assert eof.returncode == (-9005) & 0xFF  # EOF at the second question: an inner error
+    no = reset(host, 4, "Y\nn\n")
+    assert no.returncode == (-9016) & 0xFF
+    assert host.device(4)["fault"] == "heartbeat_lost"
+    done = reset(host, 4, "y\nmaybe\ny\n")
+    assert "Error! Please input 'y' or 'n'!" in done.stdout
+    assert "resetting (about 150 seconds) ..." in done.stdout
+    assert "Message                        : Reset server successfully." in done.stdout
+    assert done.returncode == 0, done.stdout
+    assert host.device(4)["fault"] is None and host.device(6)["fault"] is None
+
+
+def test_reset_fails_while_any_npu_of_the_board_is_held(host: SimHost) -> None:
     holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         host.inject(4, "heartbeat_lost")
-        host.add_process(4, holder.pid, "python3", 58000)
-        refused = npu_smi(host, "set", "-t", "reset", "-i", "4", "-c", "0")
-        assert refused.returncode != 0
-        assert "device is used" in refused.stdout
-        assert host.device(4)["health"] == "Critical"
+        host.add_process(1, holder.pid, "python3", 58000)  # another job, another card
+        refused = reset(host, 4, "Y\ny\n")
+        assert refused.returncode == (-9020) & 0xFF
+        assert "Message                        : Failed to reset server" in refused.stdout
+        assert host.device(4)["fault"] == "heartbeat_lost"
     finally:
         holder.kill()
         holder.wait()
-    done = npu_smi(host, "set", "-t", "reset", "-i", "4", "-c", "0")
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert host.device(4)["health"] == "OK"
-    assert host.device(4)["fault"] is None
+    host.set_setting("reset_scope", "chip")
+    holder2 = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        host.add_process(1, holder2.pid, "python3", 58000)
+        alone = reset(host, 4, "Y\n")  # HCCS off: only this chip, one question
+        assert alone.returncode == 0, alone.stdout
+        assert "hccs is on" not in alone.stdout
+        assert host.device(4)["fault"] is None
+    finally:
+        holder2.kill()
+        holder2.wait()
 
 
 def test_errors_and_call_log(host: SimHost) -> None:
-    assert npu_smi(host, "frobnicate").returncode == 2
-    assert npu_smi(host, "set", "-t", "reset", "-i", "9", "-c", "0").returncode == 1
+    assert npu_smi(host, "frobnicate").returncode == (-9005) & 0xFF
+    assert npu_smi(host, "set", "-t", "reset", "-i", "9", "-c", "0").returncode == 215
     calls = host.npu_smi_calls()
     assert [c["argv"] for c in calls] == [
         ["frobnicate"],
         ["set", "-t", "reset", "-i", "9", "-c", "0"],
     ]
-    assert [c["rc"] for c in calls] == [2, 1]
+    assert [c["rc"] for c in calls] == [211, 215]
 
 
 def test_garbage_and_hang_modes(host: SimHost) -> None:

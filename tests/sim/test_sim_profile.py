@@ -25,7 +25,7 @@ def _msprof(host: SimHost, pid: int, out: Path, stdin: str) -> subprocess.Comple
 
 
 def test_profile_routes_are_404_without_profiler_config(serve: Serve) -> None:
-    run = serve(QWEN7)
+    run = serve(QWEN7, version="0.23")
     run.wait_healthy()
     assert run.client.post(f"{run.base}/start_profile").status_code == 404
     assert run.client.post(f"{run.base}/stop_profile").status_code == 404
@@ -34,11 +34,12 @@ def test_profile_routes_are_404_without_profiler_config(serve: Serve) -> None:
 
 def test_stop_profile_writes_an_ascend_pt_tree(serve: Serve, tmp_path: Path) -> None:
     prof = tmp_path / "prof"
-    run = serve(QWEN7, _torch_config(prof))
+    run = serve(QWEN7, _torch_config(prof), version="0.13")
     run.wait_healthy()
     assert run.client.post(f"{run.base}/start_profile").status_code == 200
-    assert run.client.post(f"{run.base}/stop_profile").status_code == 200
-    (top,) = prof.glob(f"*_{run.proc.pid}_*_ascend_pt")
+    assert run.client.post(f"{run.base}/stop_profile", timeout=10).status_code == 200
+    # torch_npu's profiler runs where the card is: the engine core with one rank
+    (top,) = prof.glob(f"*_{run.engine_pid()}_*_ascend_pt")
     out = top / "ASCEND_PROFILER_OUTPUT"
     kernels = (out / "kernel_details.csv").read_text().splitlines()
     assert kernels[0].startswith("Device_id,Model ID,Task ID,Stream ID,Name,Type,OP State,")
@@ -52,18 +53,33 @@ def test_stop_profile_writes_an_ascend_pt_tree(serve: Serve, tmp_path: Path) -> 
     assert text.index("Starting profiler...") < text.index("Profiler stopped.")
 
 
-def test_old_env_enables_profile_routes(serve: Serve, tmp_path: Path) -> None:
-    run = serve(QWEN7, env={"VLLM_TORCH_PROFILER_DIR": str(tmp_path / "old")})
+def test_old_env_enables_profile_routes_up_to_0_13(serve: Serve, tmp_path: Path) -> None:
+    run = serve(QWEN7, env={"VLLM_TORCH_PROFILER_DIR": str(tmp_path / "old")}, version="0.11")
     run.wait_healthy()
     assert run.client.post(f"{run.base}/start_profile").status_code == 200
-    assert run.client.post(f"{run.base}/stop_profile").status_code == 200
+    assert run.client.post(f"{run.base}/stop_profile", timeout=10).status_code == 200
     assert len(list((tmp_path / "old").glob("*_ascend_pt"))) == 1
+    assert "Torch Profiler is enabled in the API server." in run.output()
+
+
+def test_0_13_warns_about_the_env_and_0_18_ignores_it(serve: Serve, tmp_path: Path) -> None:
+    env = {"VLLM_TORCH_PROFILER_DIR": str(tmp_path / "old")}
+    mid = serve(QWEN7, env=env, version="0.13")
+    mid.wait_healthy()
+    assert "Using VLLM_TORCH_PROFILER_DIR environment variable is deprecated" in mid.output()
+    assert mid.client.post(f"{mid.base}/start_profile").status_code == 200
+    new = serve(QWEN7, env={**env, "ASCEND_RT_VISIBLE_DEVICES": "1"}, version="0.18")
+    new.wait_healthy()
+    assert new.client.post(f"{new.base}/start_profile").status_code == 404
 
 
 def test_msprof_attaches_to_a_dynamic_server(serve: Serve, host: SimHost, tmp_path: Path) -> None:
     run = serve(QWEN7, env={"PROFILING_MODE": "dynamic"})
     run.wait_healthy()
-    done = _msprof(host, run.proc.pid, tmp_path / "out", "start\nstop\nquit\n")
+    # msprof attaches to the process that runs on the NPU, not to the API server
+    refused = _msprof(host, run.proc.pid, tmp_path / "api", "start\n")
+    assert refused.returncode != 0
+    done = _msprof(host, run.engine_pid(), tmp_path / "out", "start\nstop\nquit\n")
     assert done.returncode == 0, done.stdout
     assert "Enter 'start'" in done.stdout
     (top,) = (tmp_path / "out").glob("PROF_*")
@@ -78,7 +94,7 @@ def test_msprof_refuses_a_server_without_dynamic_mode(
 ) -> None:
     run = serve(QWEN7)
     run.wait_healthy()
-    done = _msprof(host, run.proc.pid, tmp_path / "out", "start\n")
+    done = _msprof(host, run.engine_pid(), tmp_path / "out", "start\n")
     assert done.returncode != 0
     assert "PROFILING_MODE=dynamic" in done.stdout
     assert not (tmp_path / "out").exists()

@@ -23,6 +23,7 @@ def test_shipped_scenarios_load() -> None:
         "hang",
         "kv-cache",
         "npu-oom",
+        "slow-decode",
     ]
     kv = load_scenario("kv-cache")
     assert kv.flags == ("--max-model-len", "32768", "--gpu-memory-utilization", "0.5")
@@ -36,6 +37,10 @@ def test_shipped_scenarios_load() -> None:
     assert busy.expected_state == "escalated"
     assert [(h.device, h.name) for h in busy.host.holders] == [(6, "python3")]
     assert load_scenario("crash-loop").host.quirks == {"aicore": "always"}
+    slow = load_scenario("slow-decode").stimulus
+    assert slow.traffic_seconds > slow.slow_after_seconds > 0
+    assert slow.slow == {"rank": 1, "part": "collective", "factor": 8}
+    assert fault.host.settings == {"driver_hang_seconds": 1.0}
 
 
 def test_invalid_host_setup_is_named(tmp_path: Path) -> None:
@@ -47,9 +52,29 @@ def test_invalid_host_setup_is_named(tmp_path: Path) -> None:
     bad.write_text(head + "host: {holders: [{device: 1}]}\n")
     with pytest.raises(ValueError, match=r"key 'host.holders\[0\]'"):
         parse_scenario(bad)
+    bad.write_text(head + "host: {settings: {reset_seconds: 1}}\n")
+    with pytest.raises(ValueError, match=r"key 'host.settings': expected some of"):
+        parse_scenario(bad)
+    bad.write_text(head + "host: {settings: {driver_hang_seconds: -1}}\n")
+    with pytest.raises(ValueError, match=r"key 'host.settings.driver_hang_seconds'"):
+        parse_scenario(bad)
     bad.write_text(head.replace("action: a", "action: a, state: fixed"))
     with pytest.raises(ValueError, match=r"key 'expect.state'"):
         parse_scenario(bad)
+
+
+def test_host_settings_and_version(host: SimHost, tmp_path: Path) -> None:
+    assert host.version.line == "0.11"
+    host.set_setting("driver_hang_seconds", 2.5)
+    assert host.setting("driver_hang_seconds") == 2.5
+    with pytest.raises(ValueError, match="unknown host setting"):
+        host.set_setting("voltage", 1)
+    with pytest.raises(ValueError, match="reset_scope must be board or chip"):
+        host.set_setting("reset_scope", "rack")
+    newest = SimHost.create(tmp_path / "new", vllm_version="0.23.0")
+    assert newest.version.vllm == "0.23.0"
+    with pytest.raises(ValueError, match=r"known lines: 0.11, 0.13, 0.18, 0.23"):
+        SimHost.create(tmp_path / "old", vllm_version="0.9")
 
 
 def test_quirk_values_are_checked(host: SimHost) -> None:

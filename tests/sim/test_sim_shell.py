@@ -42,6 +42,18 @@ def test_vllm_shim_runs_the_fake_server(tmp_path: Path) -> None:
     assert "--max-model-len" in proc.stdout
 
 
+def test_create_installs_the_chosen_release(tmp_path: Path) -> None:
+    proc = _shell(
+        'eval "$(python -m ascend_doctor.sim.shell create ./simhost --sim-version 0.23)"\n'
+        "vllm --version\nvllm serve m --swap-space 4\n",
+        tmp_path,
+    )
+    assert proc.stdout.splitlines()[0] == "0.23.0"
+    assert "vllm: error: unrecognized arguments: --swap-space 4" in proc.stderr
+    bad = _shell("python -m ascend_doctor.sim.shell create ./other --sim-version 0.9", tmp_path)
+    assert bad.returncode == 2 and "known lines: 0.11, 0.13, 0.18, 0.23" in bad.stderr
+
+
 def test_inject_puts_a_fault_on_a_device(tmp_path: Path) -> None:
     proc = _shell(
         "python -m ascend_doctor.sim.shell create ./simhost >/dev/null\n"

@@ -249,3 +249,30 @@ async def test_a_device_cell_that_grows_widens_its_column() -> None:
         table.show((device(189.0),))  # a loaded card draws more: 3 digits, not "18"
         await pilot.pause()
         assert table.columns["W"].content_width >= len("189")  # type: ignore[index]
+
+
+async def test_profiles_show_the_stored_analysis_with_its_bars(state: Path) -> None:
+    from ascend_doctor.collectors.profiling import analyze, render_text
+    from ascend_doctor.core.records import Artifact, ProfileSummary
+    from ascend_doctor.tui.screens import ProfilesScreen
+
+    capture = Path(__file__).parents[1] / "fixtures" / "profile" / "msprof-analyze-cluster-8rank"
+    report = analyze(capture, advisor=False)
+    summary = ProfileSummary(report.headline, render_text(report), 1, "not run")
+    store = Store.in_dir(state)
+    try:
+        store.add_artifact(Artifact("torch_profile", str(capture), 1, NOW - 60, NOW - 30))
+        store.add_artifact(Artifact("torch_profile", str(capture), 1, NOW - 20, NOW - 10, summary))
+    finally:
+        store.close()
+    app = make_app(state)
+    async with app.run_test(size=(140, 50)) as pilot:
+        await shown(pilot, OverviewScreen)
+        await pilot.press("f")
+        screen = await shown(pilot, ProfilesScreen)
+        await until(pilot, lambda: screen.loads > 0, "profiles loaded")
+        text = str(screen.query_one("#profiles-report").render())
+        assert "rank 1 is the slow rank" in text and "<- slow" in text and "█" in text
+        assert text.index("rank 1 is the slow rank") < text.index("not analysed")
+        await pilot.press("escape")
+        await shown(pilot, OverviewScreen)

@@ -1,3 +1,5 @@
+from pathlib import Path
+
 from ascend_doctor.core.launch import LaunchSpec
 from ascend_doctor.core.store import Override
 
@@ -42,3 +44,26 @@ def test_devices_from_visible_devices_and_tp() -> None:
 def test_health_url() -> None:
     assert SPEC.health_base_url() == "http://127.0.0.1:8001"
     assert LaunchSpec(("v", "--host", "0.0.0.0")).health_base_url() == "http://127.0.0.1:8000"
+
+
+def test_profiler_switch_follows_the_release(tmp_path: Path) -> None:
+    from ascend_doctor.core.config import ProfilingConfig
+    from ascend_doctor.core.launch import profiler_flag, server_spec, version_probe
+
+    assert [profiler_flag(v) for v in (None, "", "0.11.0", "0.12.0", "0.13.0", "v0.23.0")] == [
+        False, False, False, False, True, True,
+    ]  # fmt: skip
+    base = LaunchSpec(("vllm", "serve", "m"))
+    on = ProfilingConfig(enabled=True)
+    old = server_spec(base, [], on, tmp_path, None, "0.11.0")
+    assert old.flag("--profiler-config") is None
+    assert old.env["VLLM_TORCH_PROFILER_DIR"] == str(tmp_path)
+    unknown = server_spec(base, [], on, tmp_path, None, None)
+    assert unknown.flag("--profiler-config") is None  # never an unknown flag: exit 2
+    new = server_spec(base, [], on, tmp_path, None, "0.18.0")
+    assert '"torch_profiler_dir"' in (new.flag("--profiler-config") or "")
+    assert "VLLM_TORCH_PROFILER_DIR" not in new.env
+    assert version_probe(("python", "-m", "x", "serve", "m", "--port", "1")) == [
+        "python", "-m", "x", "--version",
+    ]  # fmt: skip
+    assert version_probe(("my-wrapper", "--port", "1")) is None

@@ -14,8 +14,6 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader
 
 from ascend_doctor.agent.telemetry import Telemetry
-from ascend_doctor.agent.telemetry.device_metrics import fault_codes, join_labels
-from ascend_doctor.agent.telemetry.metrics import DoctorMetrics
 from ascend_doctor.collectors.npu_smi_format import board_identity, parse_pairs
 from ascend_doctor.core.config import Config, RemediationConfig, TelemetryConfig
 from ascend_doctor.core.events import (
@@ -30,6 +28,8 @@ from ascend_doctor.core.events import (
 )
 from ascend_doctor.core.records import BudgetEntry, Ledger
 from ascend_doctor.core.store import SpanRecord, Store
+from ascend_doctor.metrics.devices import fault_codes, join_labels
+from ascend_doctor.metrics.doctor import DoctorMetrics
 
 Points = dict[str, list[tuple[dict[str, Any], Any]]]
 

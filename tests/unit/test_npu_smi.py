@@ -428,3 +428,26 @@ async def test_cancelled_run_kills_the_group(tmp_path: Path) -> None:
     while _alive(sleep_pid) and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
     assert not _alive(sleep_pid)
+
+
+def test_reset_output_is_parsed() -> None:
+    from ascend_doctor.collectors.npu_smi import parse_reset
+
+    board = (
+        "Resetting the standard PCIe card or NPU chip may cause a system hang or abnormal reset "
+        "during service running.\nAre you sure you want to continue resetting?(Y/N)\n"
+        "It's AMP mode, but hccs is on, it will reboot all devices, do you want to continue "
+        "reboot? [y/n]\n\tMessage                        : resetting (about 150 seconds) ...\n"
+        "\tStatus                         : OK\n"
+        "\tMessage                        : Reset server successfully.\n"
+    )
+    ok = parse_reset(board)
+    assert (ok.status, ok.message, ok.board) == ("OK", "Reset server successfully.", True)
+    aborted = parse_reset(
+        "Are you sure you want to continue resetting?(Y/N)\n"
+        "\tStatus                         : Fail\n"
+        "\tMessage                        : User aborts reset server by inband.\n"
+    )
+    assert (aborted.status, aborted.message, aborted.board) == (
+        "Fail", "User aborts reset server by inband.", False,
+    )  # fmt: skip

@@ -180,7 +180,7 @@ async def test_suggest_and_dry_run_change_nothing(tmp_path: Path, mode: str) -> 
 
 async def test_device_reset_refused_unless_allowed(tmp_path: Path) -> None:
     w = World(tmp_path, ("vllm", "serve", "m"))
-    f = w.finding("drv-device-heartbeat-lost", {"device": "3"}, 10, subject="npu3")
+    f = w.finding("drv-soft-fault-heartbeat-lost", {"device": "3"}, 10, subject="npu3")
     (inc_id,) = w.incidents.ingest([f])
     result = await w.remediator.remediate(inc_id)
     assert result.escalated
@@ -193,7 +193,7 @@ async def test_device_reset_refused_unless_allowed(tmp_path: Path) -> None:
 
 async def test_device_reset_refused_for_a_device_the_server_does_not_use(tmp_path: Path) -> None:
     w = World(tmp_path, ("vllm", "serve", "m"), allow_device_reset=True)
-    f = w.finding("drv-device-heartbeat-lost", {"device": "5"}, 10, subject="npu5")
+    f = w.finding("drv-soft-fault-heartbeat-lost", {"device": "5"}, 10, subject="npu5")
     (inc_id,) = w.incidents.ingest([f])
     result = await w.remediator.remediate(inc_id)
     assert "device 5 is not used by this server ([3])" in w.store.actions(inc_id)[1].reason
@@ -444,7 +444,7 @@ async def test_reset_cooldown_is_kept_per_device(tmp_path: Path) -> None:
     wait = w.remediator.policy.cooldown(["collect_diagnostics", "reset_device:npu3"])
     assert wait == ("reset_device:npu3", 540.0)
     assert w.remediator.policy.cooldown(["reset_device:npu6"]) is None
-    f = w.finding("drv-device-heartbeat-lost", {"device": "3"}, 10, subject="npu3")
+    f = w.finding("drv-soft-fault-heartbeat-lost", {"device": "3"}, 10, subject="npu3")
     (inc_id,) = w.incidents.ingest([f])
     result = await w.remediator.remediate(inc_id)
     assert result.retry_at == pytest.approx(w.now + 540)

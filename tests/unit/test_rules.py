@@ -51,11 +51,13 @@ def test_kv_estimate_captures() -> None:
 
 
 def test_heartbeat_subject_is_the_device() -> None:
+    # the NPU driver's line in the host kernel log (Ascend/mind-cluster kg_parse fixture)
     line = (
-        "[ERROR] DRV(4242,python3):2026-12-02-12:00:01.123.456 [ascend][curpid: 4242, 4250]"
-        "[drv][devmgr][devdrv_heartbeat_lost 1203] device 3 heartbeat lost, device status abnormal."
+        "Aug  1 08:38:31 localhost kernel: [ 1197.584409] [ascend] [ERROR] [drv_soft_fault] "
+        "[heart_beat_judge 318] <kworker/5:1H:39365> Heartbeat lost! (device=3; old_count=1104; "
+        "new_count=1104; lost_count=4; total_lost_count=4; total_10s_count=0; total_15s_count 0)."
     )
-    (f,) = ENGINE.scan(LogChunk("plog-1.log", "plog", 0, (line + "\n").encode()))
+    (f,) = ENGINE.scan(LogChunk("messages", "host", 0, (line + "\n").encode()))
     assert f.subject == "npu3"
 
 

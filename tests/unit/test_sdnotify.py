@@ -1,4 +1,4 @@
-"""agent/sdnotify.py against a real NOTIFY_SOCKET: a unix datagram socket, as systemd binds."""
+"""core/sdnotify.py against a real NOTIFY_SOCKET: a unix datagram socket, as systemd binds."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ascend_doctor.agent.sdnotify import Notifier, Watchdog, announce_ready, failed_task
+from ascend_doctor.core.sdnotify import Notifier, Watchdog, announce_ready, failed_task
 
 
 @pytest.fixture

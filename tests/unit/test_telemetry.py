@@ -20,7 +20,7 @@ from ascend_doctor.agent.telemetry.export import (
     resolve_endpoint,
 )
 from ascend_doctor.agent.telemetry.lifecycle import parse_phases
-from ascend_doctor.agent.telemetry.records import to_otlp_json, to_otlp_proto
+from ascend_doctor.agent.telemetry.span_codec import to_otlp_json, to_otlp_proto
 from ascend_doctor.collectors.otlp import from_otlp_json, from_otlp_proto
 from ascend_doctor.core.config import Config, TelemetryConfig
 from ascend_doctor.core.errors import ConfigError, TelemetryError

@@ -83,7 +83,7 @@ async def test_receiver_forwards_server_spans_over_grpc(tmp_path: Path) -> None:
 
     from ascend_doctor.agent.telemetry.export import Endpoint
     from ascend_doctor.agent.telemetry.receiver import Receiver
-    from ascend_doctor.agent.telemetry.records import to_otlp_proto
+    from ascend_doctor.agent.telemetry.span_codec import to_otlp_proto
     from tests.conftest import wait_for
     from tests.unit.test_telemetry import sample_records
 

@@ -4,6 +4,7 @@ from ascend_doctor.tui.screens.dialogs import ConfirmScreen, HelpScreen
 from ascend_doctor.tui.screens.incident import IncidentScreen
 from ascend_doctor.tui.screens.logs import LogsScreen
 from ascend_doctor.tui.screens.overview import OverviewScreen
+from ascend_doctor.tui.screens.profiles import ProfilesScreen
 from ascend_doctor.tui.screens.traces import TraceScreen, TracesScreen
 
 __all__ = [
@@ -12,6 +13,7 @@ __all__ = [
     "IncidentScreen",
     "LogsScreen",
     "OverviewScreen",
+    "ProfilesScreen",
     "TraceScreen",
     "TracesScreen",
 ]

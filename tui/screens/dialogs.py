@@ -22,6 +22,7 @@ ascend-doctor tui: the doctor's store, live
   r      run the incident's next remediation step (asks first;
          the policy still decides)
   t      traces        l  logs         o  overview
+  f      profiles: each capture's analysis (step split, slow rank)
   ctrl+p command palette (the same actions)
 
 A * after an incident's state: an operator acknowledged it.

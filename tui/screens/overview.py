@@ -26,6 +26,7 @@ class OverviewScreen(RefreshingScreen[Overview]):
         Binding("escape", "clear_filter", "clear filter", show=False),
         Binding("t", "app.traces", "traces"),
         Binding("l", "app.logs", "logs"),
+        Binding("f", "app.profiles", "profiles"),
     ]
 
     def compose(self) -> ComposeResult:

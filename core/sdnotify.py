@@ -147,4 +147,28 @@ class Watchdog:
             await asyncio.sleep(self.interval)
 
 
-__all__ = ["NOTIFY_VARS", "Notifier", "Watchdog", "announce_ready", "failed_task"]
+def systemd_tasks(
+    notifier: Notifier,
+    waits: Sequence[asyncio.Event],
+    status: str,
+    tasks: Callable[[], Iterable[asyncio.Task[object]]],
+) -> list[asyncio.Task[None]]:
+    """What speaks to systemd: ``READY=1`` once ``waits`` are set, and, under ``WatchdogSec=``,
+    watchdog pings while every task of ``tasks()`` lives. None outside systemd."""
+    if not notifier.enabled:
+        return []
+    out = [asyncio.create_task(announce_ready(notifier, waits, status), name="ready")]
+    if notifier.watchdog_interval is not None:
+        dog = Watchdog(notifier, notifier.watchdog_interval, tasks)
+        out.append(asyncio.create_task(dog.run(), name="watchdog"))
+    return out
+
+
+__all__ = [
+    "NOTIFY_VARS",
+    "Notifier",
+    "Watchdog",
+    "announce_ready",
+    "failed_task",
+    "systemd_tasks",
+]

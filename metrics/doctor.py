@@ -2,8 +2,8 @@
 
 One name per metric everywhere (docs/telemetry.md has the table): the doctor's own under
 ``ascend_doctor.*`` (``ascend_doctor_*`` in Prometheus), the devices in OpenTelemetry's
-hardware conventions (``device_metrics.py``), the server and its requests in
-``server_metrics.py``, the incidents and the budget in ``incident_metrics.py``. Things that
+hardware conventions (``devices.py``), the server and its requests in
+``server.py``, the incidents and the budget in ``incidents.py``. Things that
 happen are counters (``_total``), never only a last value; durations are histograms.
 """
 
@@ -16,11 +16,11 @@ from typing import Any
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
 
-from ascend_doctor.agent.telemetry.device_metrics import DeviceMetrics
-from ascend_doctor.agent.telemetry.incident_metrics import IncidentMetrics
-from ascend_doctor.agent.telemetry.server_metrics import SECONDS_BUCKETS, ServerMetrics
 from ascend_doctor.core.events import ActionResult, Finding, Incident, ProcessEvent
 from ascend_doctor.core.store_spans import SpanRecord
+from ascend_doctor.metrics.devices import DeviceMetrics
+from ascend_doctor.metrics.incidents import IncidentMetrics
+from ascend_doctor.metrics.server import SECONDS_BUCKETS, ServerMetrics
 
 METER = "ascend_doctor"
 """The instrumentation scope of every instrument here."""

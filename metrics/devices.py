@@ -21,7 +21,6 @@ from typing import Any
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
-from ascend_doctor.agent.telemetry.resource import device_attributes
 from ascend_doctor.core.events import Finding
 
 MIB = 1024 * 1024
@@ -33,6 +32,18 @@ HEALTH_TO_STATE = {"OK": "ok", "Warning": "degraded", "Alarm": "degraded", "Crit
 """npu-smi's Health column -> ``hw.state``. Warning and Alarm are Huawei's minor and major
 alarms (the device still runs), Critical a device that has failed. UNKNOWN maps to no state:
 every ``hw.status`` point of the device is then 0."""
+
+
+def device_attributes(subject: str, sample: dict[str, Any]) -> dict[str, str]:
+    """``hw.*`` of one device from its npu-smi sample (subject ``npu3`` or ``npu3.1``)."""
+    attrs = {"hw.id": subject, "hw.type": "npu"}
+    name = sample.get("name")
+    if name:
+        attrs["hw.model"] = f"Ascend {name}" if not str(name).startswith("Ascend") else str(name)
+    if sample.get("driver_version"):
+        attrs["hw.driver_version"] = str(sample["driver_version"])
+    return attrs
+
 
 _DEVICE = re.compile(r"^npu\d+(?:\.\d+)?$")
 _CODE_SPLIT = re.compile(r"[\s,;]+")
@@ -178,4 +189,11 @@ class DeviceMetrics:
         self.errors.add(1, {**attrs, "error.type": finding.rule})
 
 
-__all__ = ["HEALTH_TO_STATE", "HW_STATES", "DeviceMetrics", "fault_codes", "join_labels"]
+__all__ = [
+    "HEALTH_TO_STATE",
+    "HW_STATES",
+    "DeviceMetrics",
+    "device_attributes",
+    "fault_codes",
+    "join_labels",
+]
