@@ -13,7 +13,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -112,19 +111,11 @@ def test_ready_after_first_pass_and_probes_then_watchdog_pings(
         environ = Path(f"/proc/{server.pid}/environ").read_bytes().split(b"\0")
         names = {item.split(b"=", 1)[0] for item in environ}
         assert not names & {b"NOTIFY_SOCKET", b"WATCHDOG_USEC", b"WATCHDOG_PID"}
-        # a stopped doctor sends nothing (what systemd's watchdog catches)
-        doctor.send_signal(signal.SIGSTOP)
-        msgs.read()
-        before = len(msgs.items)
-        time.sleep(1.0)  # five ping intervals of a process that cannot run
-        assert len(msgs.read()) == before
-        doctor.send_signal(signal.SIGCONT)
-        poll(lambda: len(msgs.read()) > before, 30, "pings after SIGCONT")
+        # (a wedged loop or a dead part stops the pings: tests/unit/test_sdnotify.py)
         doctor.send_signal(signal.SIGTERM)
         assert doctor.wait(timeout=60) == 0
     finally:
         if doctor.poll() is None:
-            doctor.send_signal(signal.SIGCONT)
             doctor.kill()
             doctor.wait()
         out.close()
