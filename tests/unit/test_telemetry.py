@@ -125,6 +125,9 @@ async def test_incident_is_one_trace_with_detect_remediate_verify(tmp_path: Path
 
 async def test_failed_action_records_the_logged_exception(tmp_path: Path) -> None:
     store = Store.in_dir(tmp_path)
+    vdie = "42C711D4-20B03704-4A10C8D4-14CC040A-D2102003"
+    npu0 = {"health": "OK", "name": "910B3", "model_name": "910B3-Ascend-V1", "vdie_id": vdie}
+    store.add_sample("npu_smi", "npu0", T0 - 1, npu0)
     t = telemetry(store)
     inc = store.open_incident(finding())
     try:
@@ -142,8 +145,14 @@ async def test_failed_action_records_the_logged_exception(tmp_path: Path) -> Non
     assert event["name"] == "exception"
     assert event["attributes"]["exception.type"] == "RuntimeError"
     assert event["attributes"]["exception.message"] == "npu-smi vanished"
+    assert failed.attributes["error.type"] == "RuntimeError"
     root = spans["incident npu_oom"]
     assert root.status.startswith("error: escalated")
+    assert root.attributes["error.type"] == "escalated"
+    # the device in the hardware conventions, and the chip identity its metric series carry
+    assert root.attributes["hw.id"] == "npu0" and root.attributes["hw.model"] == "Ascend 910B3"
+    assert root.attributes["vdie_id"] == vdie
+    assert root.attributes["model_name"] == "910B3-Ascend-V1"
     assert "verify" not in spans
     store.close()
 
@@ -156,7 +165,7 @@ async def test_restarted_doctor_continues_the_same_trace(tmp_path: Path) -> None
     await close(t, store)  # the doctor stops mid-incident
     first = store.spans(str(store.incident_trace_id(inc.id)))
     root1 = next(s for s in first if s.parent_id == "")
-    assert root1.attributes["doctor.interrupted"] is True
+    assert root1.attributes["ascend_doctor.interrupted"] is True
     store.close()
 
     store = Store.in_dir(tmp_path)
@@ -167,7 +176,7 @@ async def test_restarted_doctor_continues_the_same_trace(tmp_path: Path) -> None
     spans = store.spans(root1.trace_id)
     roots = [s for s in spans if s.parent_id == ""]
     assert len(roots) == 1 and roots[0].span_id == root1.span_id
-    assert "doctor.interrupted" not in roots[0].attributes
+    assert "ascend_doctor.interrupted" not in roots[0].attributes
     assert roots[0].attributes["incident.state"] == "resolved"
     assert {s.name for s in spans if s.parent_id == root1.span_id} == {
         "detect",
