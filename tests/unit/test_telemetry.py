@@ -123,6 +123,26 @@ async def test_incident_is_one_trace_with_detect_remediate_verify(tmp_path: Path
     store.close()
 
 
+async def test_a_root_cause_found_after_its_symptom_renames_the_trace(tmp_path: Path) -> None:
+    # an unexplained error opens the incident; the OOM line read a moment later is its root
+    store = Store.in_dir(tmp_path)
+    t = telemetry(store)
+    symptom = dataclasses.replace(
+        finding(), rule="unrecognised", category=Category("unrecognised"), role=Role.SYMPTOM
+    )
+    inc = store.open_incident(symptom)
+    store.update_incident(inc.id, category=Category("npu_oom"), rule="npu-oom", summary="OOM")
+    store.update_incident(inc.id, state=IncidentState.RESOLVED, resolved_at=T0 + 5)
+    await close(t, store)
+    trace_id = store.incident_trace_id(inc.id)
+    assert trace_id is not None
+    (root,) = [s for s in store.spans(trace_id) if s.parent_id == ""]
+    assert root.name == "incident npu_oom"
+    assert root.attributes["incident.category"] == "npu_oom"
+    assert root.attributes["incident.rule"] == "npu-oom"
+    store.close()
+
+
 async def test_failed_action_records_the_logged_exception(tmp_path: Path) -> None:
     store = Store.in_dir(tmp_path)
     vdie = "42C711D4-20B03704-4A10C8D4-14CC040A-D2102003"
