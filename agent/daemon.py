@@ -43,9 +43,7 @@ from ascend_doctor.core.events import Finding, ProcessEvent, ProcessState, Sampl
 from ascend_doctor.core.launch import LaunchSpec, server_spec
 from ascend_doctor.core.procs import process_start
 from ascend_doctor.core.records import DoctorStatus, LaunchRecord, ServerStatus
-from ascend_doctor.core.redact import redact
 from ascend_doctor.core.sdnotify import NOTIFY_VARS, Notifier, systemd_tasks
-from ascend_doctor.core.statelock import lock_state_dir
 from ascend_doctor.core.store import Store
 from ascend_doctor.core.tasks import until_stopped
 from ascend_doctor.rules import Engine, RuleSet
@@ -74,8 +72,7 @@ class Daemon:
         self.notifier = Notifier.from_environ(os.environ)
         env = os.environ if base_env is None else base_env
         self.base_env = {k: v for k, v in env.items() if k not in NOTIFY_VARS}
-        self._lock = lock_state_dir(state_dir)  # one doctor per state dir: before the store
-        self.store = Store.in_dir(state_dir)
+        self.store = Store.in_dir(state_dir, lock=True)  # one doctor per state dir
         # alerts: a listener queues every alerting transition in the outbox (a bad sink is a
         # start-up error); the "alerts" task delivers it
         self.alerts = AlertListener(config.alerts, self.store, rules=rules, environ=self.base_env)
@@ -236,9 +233,7 @@ class Daemon:
         """Run until ``shutdown()``; returns the exit status for the CLI."""
         if self.base_spec is not None:
             self.profiler.prepare()
-            self.store.set_launch(
-                LaunchRecord(tuple(redact(list(self.base_spec.argv))), redact(self.base_spec.env))
-            )
+            self.store.set_launch(LaunchRecord(self.base_spec.argv, dict(self.base_spec.env)))
         await self.telemetry.start()
         self.logs.start()
         # the doctor is watching from here on: readers (status, TUI, tests) may rely on it
@@ -301,7 +296,6 @@ class Daemon:
             await self.telemetry.close()
             self.store.close()
             self.notifier.close()
-            self._lock.close()
         return 1 if self.server.state == ProcessState.FATAL else 0
 
     def shutdown(self) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ascend_doctor.core.errors import StoreError
 from ascend_doctor.core.safeio import private_dir
+from ascend_doctor.core.statelock import lock_state_dir
 from ascend_doctor.core.store_alerts import AlertRow, AlertsMixin, Silence
 from ascend_doctor.core.store_base import StoreListener
 from ascend_doctor.core.store_host import SAMPLES_KEPT, HostMixin
@@ -40,8 +41,10 @@ log = logging.getLogger(__name__)
 class Store(IncidentsMixin, RecordsMixin, HostMixin, SpansMixin, RequestsMixin, AlertsMixin):
     """Typed access to the SQLite store."""
 
-    def __init__(self, path: Path, *, readonly: bool = False) -> None:
+    def __init__(self, path: Path, *, readonly: bool = False, lock: bool = False) -> None:
         self.path = path
+        # ``lock``: the daemon's store, held by one doctor at a time (statelock.py)
+        self._lock = lock_state_dir(path.parent) if lock and not readonly else None
         try:
             if readonly:
                 if not path.exists():
@@ -71,13 +74,15 @@ class Store(IncidentsMixin, RecordsMixin, HostMixin, SpansMixin, RequestsMixin, 
         self.listeners: list[StoreListener] = []
 
     @classmethod
-    def in_dir(cls, state_dir: Path, *, readonly: bool = False) -> Store:
-        """The store of a state dir."""
-        return cls(state_dir / STORE_NAME, readonly=readonly)
+    def in_dir(cls, state_dir: Path, *, readonly: bool = False, lock: bool = False) -> Store:
+        """The store of a state dir (``lock``: held by this process alone until closed)."""
+        return cls(state_dir / STORE_NAME, readonly=readonly, lock=lock)
 
     def close(self) -> None:
-        """Close the connection."""
+        """Close the connection (and release the state dir's lock)."""
         self._db.close()
+        if self._lock is not None:
+            self._lock.close()
 
     def _check_version(self) -> None:
         version = self._db.execute("PRAGMA user_version").fetchone()[0]

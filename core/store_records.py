@@ -26,6 +26,7 @@ from ascend_doctor.core.records import (
     decode,
     encode,
 )
+from ascend_doctor.core.redact import redact
 from ascend_doctor.core.store_base import StoreBase
 
 R = TypeVar("R")
@@ -80,8 +81,10 @@ class RecordsMixin(StoreBase):
         return self._record(ServerStatus, SERVER)
 
     def set_launch(self, launch: LaunchRecord) -> None:
-        """The server command as given."""
-        self.set_meta(LAUNCH, encode(launch))
+        """The server command as given, its secret flags and env vars redacted (``status``
+        and bundles show it; the doctor relaunches from its own command line)."""
+        argv, env = tuple(redact(list(launch.argv))), redact(dict(launch.env))
+        self.set_meta(LAUNCH, encode(LaunchRecord(argv, env)))
 
     def launch(self) -> LaunchRecord | None:
         """The server command as given (overrides not applied)."""
