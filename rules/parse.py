@@ -156,7 +156,9 @@ ids, token counts, sampling parameters) at ERROR level after an engine failure; 
 itself is the traceback that follows."""
 
 
-_ECHO_WORDS = re.compile(rb"Received request |Generated response |Request |dump_input\.py:")
+_ECHO_WORDS = re.compile(
+    rb"Received request |Received raw HTTP request |Generated response |Request |dump_input\.py:"
+)
 """Words every echo holds: each ``REQUEST_LOG`` form starts with one, the dump names its file.
 A line without any is no echo, and is not parsed to find out."""
 
