@@ -261,7 +261,7 @@ def _print_report(rep: dict[str, Any]) -> None:
     if not rep["root_causes"] and not rep["symptoms"]:
         click.echo("no known failure found")
     if rep["root_causes"]:
-        click.echo("\nROOT CAUSES (earliest first)")
+        click.echo("\nROOT CAUSES (the cause of the others first)")
     for n, cause in enumerate(rep["root_causes"], 1):
         times = f" x{cause['count']}" if cause["count"] > 1 else ""
         click.echo(f"{n:2}. [{cause['category']}] {cause['summary']}{times}")
