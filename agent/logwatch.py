@@ -11,17 +11,11 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
-from pathlib import Path
+from collections.abc import Callable
 
-from ascend_doctor.collectors.logs import (
-    Checkpoint,
-    Checkpoints,
-    Source,
-    Tailer,
-    Waker,
-    source_kind,
-)
+from ascend_doctor.collectors.kernel_log import KernelLog
+from ascend_doctor.collectors.log_sources import StoreCheckpoints, cann_log_root, log_sources
+from ascend_doctor.collectors.logs import Source, Tailer, Waker
 from ascend_doctor.core.config import LogsConfig
 from ascend_doctor.core.events import Finding, LogChunk
 from ascend_doctor.core.store import Store
@@ -31,48 +25,6 @@ log = logging.getLogger(__name__)
 
 TAILER_STARTED = "tailer.first_started_at"
 """Store meta: when the tailer first ran on this store (its one owner is this module)."""
-
-
-class StoreCheckpoints(Checkpoints):
-    """The tailer's checkpoints, kept in the store."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-
-    def get(self, identity: str) -> Checkpoint | None:
-        row = self.store.offset(identity)
-        return None if row is None else Checkpoint(*row)
-
-    def by_head(self, head: str) -> Checkpoint | None:
-        row = self.store.offset_by_head(head)
-        return None if row is None else Checkpoint(*row)
-
-    def put(self, items: list[tuple[str, str, Checkpoint]]) -> None:
-        self.store.set_offsets([(i, p, c.offset, c.head, c.file_id) for i, p, c in items])
-
-
-def cann_log_root(env: Mapping[str, str]) -> Path:
-    """Where CANN writes plogs for a process with this environment (FORMATS.md section 1)."""
-    for var in ("ASCEND_PROCESS_LOG_PATH", "ASCEND_WORK_PATH"):
-        if env.get(var):
-            root = Path(env[var])
-            return root if var == "ASCEND_PROCESS_LOG_PATH" else root / "log"
-    return Path(env.get("HOME", str(Path.home()))) / "ascend" / "log"
-
-
-def log_sources(
-    config: LogsConfig, server_log: Path | None, env: Mapping[str, str]
-) -> list[Source]:
-    """What to follow: the server's output, its CANN log tree, the configured globs."""
-    sources = [Source(str(server_log), "server")] if server_log is not None else []
-    if config.cann:
-        root = cann_log_root(env)
-        for level in ("debug", "run"):
-            sources.append(Source(str(root / level / "plog" / "*.log"), "plog"))
-            sources.append(Source(str(root / level / "device-*" / "*.log"), "device"))
-    for pattern in config.paths:
-        sources.append(Source(pattern, source_kind(pattern)))
-    return sources
 
 
 class LogWatch:
@@ -86,12 +38,16 @@ class LogWatch:
         engine: Engine,
         on_findings: Callable[[list[Finding]], None],
         on_drained: Callable[[], None] = lambda: None,
+        kernel: KernelLog | None = None,
+        keep: Callable[[Finding], bool] = lambda f: True,
     ) -> None:
         self.config = config
         self.store = store
         self.engine = engine
         self._on_findings = on_findings
         self._on_drained = on_drained
+        self.kernel = kernel
+        self._keep = keep  # drops kernel lines about processes that are not the server's
         self.tailer = Tailer(
             sources,
             StoreCheckpoints(store),
@@ -116,6 +72,8 @@ class LogWatch:
         self._waker = Waker(wake)
         if self.config.inotify:
             self._waker.start(self.tailer.watch_dirs())
+        if self.kernel is not None and not self.kernel.open():
+            self.kernel = None
         self.drain()
         if self.store.meta(TAILER_STARTED) is None:
             self.store.set_meta(TAILER_STARTED, time.time())
@@ -123,15 +81,17 @@ class LogWatch:
     def drain(self) -> None:
         """Read every source to its end now and hand on what the rules find."""
         while True:
-            chunks = self.tailer.poll()
+            chunks = self.tailer.poll() + (self.kernel.poll() if self.kernel else [])
             if not chunks:
                 break
             findings: list[Finding] = []
             for chunk in chunks:
-                findings.extend(self.engine.scan(chunk))
+                findings.extend(f for f in self.engine.scan(chunk) if self._keep(f))
             if findings:
                 self._on_findings(findings)
             self.tailer.commit()
+            if self.kernel is not None:
+                self.kernel.commit()
         self._on_drained()
 
     def scan_text(self, name: str, text: str, file_id: str) -> None:
@@ -165,6 +125,8 @@ class LogWatch:
             await asyncio.to_thread(self._waker.stop)
         self.drain()
         self.tailer.close()
+        if self.kernel is not None:
+            self.kernel.close()
 
 
 __all__ = ["TAILER_STARTED", "LogWatch", "StoreCheckpoints", "cann_log_root", "log_sources"]

@@ -34,6 +34,7 @@ ACTION_TEXT = {
     "lower_max_model_len": "lower --max-model-len to what fits",
     "lower_gpu_memory_utilization": "lower --gpu-memory-utilization",
     "lower_max_num_seqs": "lower --max-num-seqs",
+    "lower_swap_space": "lower --swap-space (host memory pinned for swapped KV blocks)",
     "set_env": "set {name}={value}",
     "enforce_eager": "run with --enforce-eager",
     "raise_hccl_timeout": "raise HCCL_CONNECT_TIMEOUT / HCCL_EXEC_TIMEOUT",

@@ -12,6 +12,7 @@ import re
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO, BinaryIO, TypeVar
 
 from ascend_doctor.core.events import LogChunk
@@ -215,7 +216,7 @@ def source_kind(path: str) -> str:
         return "slog"
     if re.search(r"(?:^|/)device-\d+", p):
         return "device"
-    if name.startswith(("messages", "kern.log", "syslog", "dmesg", "journal")):
+    if name.startswith(("messages", "kern.log", "syslog", "dmesg", "journal", "kmsg")):
         return "host"
     return "server"
 
@@ -293,6 +294,22 @@ def bound(d: OrderedDict[K, V]) -> None:
         d.popitem(last=False)
 
 
+def last_lines(path: Path | str | None, count: int = 20, max_bytes: int = 65536) -> list[str]:
+    """The last ``count`` lines of a file (from at most its last ``max_bytes``); [] if none."""
+    if path is None:
+        return []
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            data = f.read()
+    except OSError:
+        return []
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    return lines[-count:] if size <= max_bytes else lines[1:][-count:]
+
+
 __all__ = [
     "FIRST_LINE_BYTES",
     "HEAD_BYTES",
@@ -316,6 +333,7 @@ __all__ = [
     "head_fd",
     "head_of",
     "is_glob",
+    "last_lines",
     "lookback",
     "name_of",
     "read_chunks",
