@@ -200,6 +200,7 @@ def incidents(ctx: click.Context, state_dir: Path | None, as_json: bool) -> None
         click.echo(
             f"#{row['id']} {row['state']:10} {row['severity']:8} {row['category']:22}"
             f" {row['subject']:7} {row['summary']}"
+            + (f" (x{row['findings']})" if row["findings"] > 1 else "")
         )
         for a in row["actions"]:
             click.echo(f"      {a['name']:28} {a['outcome']:9} {a['reason']}")
