@@ -6,13 +6,15 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from ascend_doctor.core.config import Config
-from ascend_doctor.core.config_file import default_state_dir, load_config
 from ascend_doctor.core.errors import DoctorError
-from ascend_doctor.core.store import STORE_NAME, Store
+
+if TYPE_CHECKING:  # the config and the store are imported by the commands that use them
+    from ascend_doctor.core.config import Config
+    from ascend_doctor.core.store import Store
 
 
 def setup_logging(verbose: bool, logfile: Path | None = None) -> None:
@@ -41,6 +43,8 @@ def setup_logging(verbose: bool, logfile: Path | None = None) -> None:
 
 def config_from(path: Path | None) -> Config:
     """The config at ``path`` (defaults when None); a bad file is a one-line error."""
+    from ascend_doctor.core.config_file import load_config
+
     try:
         return load_config(path)
     except DoctorError as exc:
@@ -49,6 +53,8 @@ def config_from(path: Path | None) -> Config:
 
 def resolve_state_dir(value: Path | None) -> Path:
     """The state dir given, else the default one."""
+    from ascend_doctor.core.config_file import default_state_dir
+
     return value if value is not None else default_state_dir()
 
 
@@ -70,7 +76,9 @@ config_option = click.option(
 
 def open_store(state_dir: Path | None, *, write: bool = False) -> Store:
     """The store of a state dir for a CLI command; a one-line error when there is none."""
-    d = state_dir or default_state_dir()
+    from ascend_doctor.core.store import STORE_NAME, Store
+
+    d = resolve_state_dir(state_dir)
     if not (d / STORE_NAME).exists():
         raise click.ClickException(f"{d / STORE_NAME}: no store here (has the doctor run?)")
     try:
