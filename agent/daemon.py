@@ -323,11 +323,7 @@ class Daemon:
             return await self.remediator.remediate(incident_id)
 
     async def _on_exit(self, event: ProcessEvent) -> ExitDecision:
-        self.logs.drain()  # its last words and the kernel's, before deciding it is unexplained
-        if event.crashed and time.time() - self._explained_at > CRASH_WINDOW:
-            last = last_lines(self.log_path if self.base_spec else None)
-            event = replace(event, pid=event.pid or self._last_pid)
-            self._findings([crash_finding(event, last, str(self.log_path))])
+        _unexplained_exit(self, event)
         return await self.decider.on_exit()
 
     def _on_change(self, event: ProcessEvent) -> None:
@@ -370,6 +366,15 @@ def _effective_spec(d: Daemon) -> LaunchSpec:
         traces,
         known.vllm if known is not None else None,
     )
+
+
+def _unexplained_exit(d: Daemon, event: ProcessEvent) -> None:
+    """A crash no known finding explains within CRASH_WINDOW is a server_crashed finding."""
+    d.logs.drain()  # its last words and the kernel's, before deciding it is unexplained
+    if event.crashed and time.time() - d._explained_at > CRASH_WINDOW:
+        last = last_lines(d.log_path if d.base_spec else None)
+        event = replace(event, pid=event.pid or d._last_pid)
+        d._findings([crash_finding(event, last, str(d.log_path))])
 
 
 def _under(state_dir: Path, name: str) -> Path:
