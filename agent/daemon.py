@@ -18,6 +18,7 @@ import os
 import time
 import zlib
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from ascend_doctor.agent.alerts import AlertListener, Deliverer
@@ -36,10 +37,12 @@ from ascend_doctor.agent.supervisor import ExitDecision, Supervisor
 from ascend_doctor.agent.telemetry import Telemetry
 from ascend_doctor.agent.verify import Verifier
 from ascend_doctor.collectors import CollectorContext
-from ascend_doctor.collectors.log_files import log_sources
+from ascend_doctor.collectors.kernel_log import PidBook, kernel_source
+from ascend_doctor.collectors.log_files import last_lines
+from ascend_doctor.collectors.log_sources import log_sources
 from ascend_doctor.collectors.npu_smi import npu_smi_binary
 from ascend_doctor.core.config import Config
-from ascend_doctor.core.events import Finding, ProcessEvent, ProcessState, Sample
+from ascend_doctor.core.events import Category, Finding, ProcessEvent, ProcessState, Sample
 from ascend_doctor.core.launch import LaunchSpec, server_spec
 from ascend_doctor.core.procs import process_start
 from ascend_doctor.core.records import DoctorStatus, LaunchRecord, ServerStatus
@@ -47,6 +50,7 @@ from ascend_doctor.core.sdnotify import NOTIFY_VARS, Notifier, systemd_tasks
 from ascend_doctor.core.store import Store
 from ascend_doctor.core.tasks import until_stopped
 from ascend_doctor.rules import Engine, RuleSet
+from ascend_doctor.rules.crash import CRASH_WINDOW, crash_finding
 
 log = logging.getLogger(__name__)
 
@@ -84,13 +88,19 @@ class Daemon:
         )
         self.incidents = IncidentManager(self.store, config.incidents)
         self.log_path = _under(state_dir, config.server.log_file)
+        # the kernel's voice, about the server's processes only (collectors/kernel_log.py)
+        kernel, host_logs = kernel_source(config.logs, self.store)
+        self.pid_book, self._explained_at, self._last_pid = PidBook(), 0.0, 0
         self.logs = LogWatch(
             config.logs,
             self.store,
-            log_sources(config.logs, self.log_path if spec else None, self._server_env()),
+            log_sources(config.logs, self.log_path if spec else None, self._server_env())
+            + host_logs,
             self.engine,
             self._findings,
-            on_drained=lambda: self.telemetry.drained(),
+            on_drained=self._drained,
+            kernel=kernel,
+            keep=lambda f: self.pid_book.about_server(f),
         )
         # telemetry (issue 7): one trace per incident, metrics, the server's request spans
         self.telemetry = Telemetry(
@@ -157,11 +167,7 @@ class Daemon:
     @property
     def server_url(self) -> str:
         """Base URL of the server's HTTP API ('' when only observing)."""
-        if self.attach is not None:
-            return self.config.server.health_url or self.attach.url
-        if self.base_spec is None:
-            return ""
-        return self.config.server.health_url or self.base_spec.health_base_url()
+        return _server_url(self)
 
     @property
     def torch_dir(self) -> Path:
@@ -176,20 +182,7 @@ class Daemon:
     def effective_spec(self) -> LaunchSpec:
         """The base launch spec with every stored override applied (empty when observing;
         what the attached process was started with in attach mode)."""
-        if self.attach is not None:
-            return process_spec(self.server.pid if self.server.process else self.attach.pid)
-        if self.base_spec is None:
-            return LaunchSpec(())
-        traces = self.telemetry.receiver_url() if self.config.tracing.capture_server else None
-        known = self.store.server_version()
-        return server_spec(
-            self.base_spec,
-            self.store.overrides(),
-            self.config.profiling,
-            self.torch_dir,
-            traces,
-            known.vllm if known is not None else None,
-        )
+        return _effective_spec(self)
 
     def _server_env(self) -> dict[str, str]:
         env = dict(self.base_env)
@@ -307,7 +300,13 @@ class Daemon:
     def _server_running(self) -> bool:
         return self.server.state == ProcessState.RUNNING
 
+    def _drained(self) -> None:
+        self.pid_book.note(self.server.own_pids | {self.server.pid or 0})
+        self.telemetry.drained()
+
     def _findings(self, findings: list[Finding]) -> None:
+        if any(f.category != Category.UNRECOGNISED for f in findings):
+            self._explained_at = time.time()
         for incident_id in self.incidents.ingest(findings):
             self.decider.due(incident_id)
 
@@ -327,11 +326,13 @@ class Daemon:
             return await self.remediator.remediate(incident_id)
 
     async def _on_exit(self, event: ProcessEvent) -> ExitDecision:
+        _unexplained_exit(self, event)
         return await self.decider.on_exit()
 
     def _on_change(self, event: ProcessEvent) -> None:
         if event.pid is not None:
             self.server.own_pids.add(event.pid)
+            self._last_pid = event.pid
         if event.state == ProcessState.STARTING:
             self.incidents.note_start(event.at)
         if event.state == ProcessState.RUNNING:
@@ -351,6 +352,40 @@ class Daemon:
         )
         if event.state == ProcessState.FATAL:
             self._stop.set()  # the server will not run: say so and exit non-zero
+
+
+def _server_url(d: Daemon) -> str:
+    if d.attach is not None:
+        return d.config.server.health_url or d.attach.url
+    if d.base_spec is None:
+        return ""
+    return d.config.server.health_url or d.base_spec.health_base_url()
+
+
+def _effective_spec(d: Daemon) -> LaunchSpec:
+    if d.attach is not None:
+        return process_spec(d.server.pid if d.server.process else d.attach.pid)
+    if d.base_spec is None:
+        return LaunchSpec(())
+    traces = d.telemetry.receiver_url() if d.config.tracing.capture_server else None
+    known = d.store.server_version()
+    return server_spec(
+        d.base_spec,
+        d.store.overrides(),
+        d.config.profiling,
+        d.torch_dir,
+        traces,
+        known.vllm if known is not None else None,
+    )
+
+
+def _unexplained_exit(d: Daemon, event: ProcessEvent) -> None:
+    """A crash no known finding explains within CRASH_WINDOW is a server_crashed finding."""
+    d.logs.drain()  # its last words and the kernel's, before deciding it is unexplained
+    if event.crashed and time.time() - d._explained_at > CRASH_WINDOW:
+        last = last_lines(d.log_path if d.base_spec else None)
+        event = replace(event, pid=event.pid or d._last_pid)
+        d._findings([crash_finding(event, last, str(d.log_path))])
 
 
 def _under(state_dir: Path, name: str) -> Path:

@@ -18,7 +18,14 @@ from collections.abc import Callable, Iterable
 
 from ascend_doctor.core.config import IncidentsConfig
 from ascend_doctor.core.errors import RemediationError
-from ascend_doctor.core.events import ACTIVE_STATES, Finding, Incident, IncidentState, Role
+from ascend_doctor.core.events import (
+    ACTIVE_STATES,
+    Category,
+    Finding,
+    Incident,
+    IncidentState,
+    Role,
+)
 from ascend_doctor.core.store import Store
 
 log = logging.getLogger(__name__)
@@ -71,7 +78,9 @@ class IncidentManager:
             self.store.add_finding(f, incident.id)
             if f.severity > incident.severity:
                 self.store.update_incident(incident.id, severity=f.severity)
-            if fresh and incident.id not in needs:
+            # an unknown error is never remediated (it pages only if routes say so): its
+            # incident is never due, so a burst of them stays one open incident with a count
+            if fresh and incident.id not in needs and incident.category != Category.UNRECOGNISED:
                 needs.append(incident.id)
         return needs
 

@@ -13,13 +13,9 @@ import logging
 import time
 from collections.abc import Callable
 
-from ascend_doctor.collectors.logs import (
-    Checkpoint,
-    Checkpoints,
-    Source,
-    Tailer,
-    Waker,
-)
+from ascend_doctor.collectors.kernel_log import KernelLog
+from ascend_doctor.collectors.log_sources import StoreCheckpoints
+from ascend_doctor.collectors.logs import Source, Tailer, Waker
 from ascend_doctor.core.config import LogsConfig
 from ascend_doctor.core.errors import StoreError
 from ascend_doctor.core.events import Finding, LogChunk
@@ -30,24 +26,6 @@ log = logging.getLogger(__name__)
 
 TAILER_STARTED = "tailer.first_started_at"
 """Store meta: when the tailer first ran on this store (its one owner is this module)."""
-
-
-class StoreCheckpoints(Checkpoints):
-    """The tailer's checkpoints, kept in the store."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-
-    def get(self, identity: str) -> Checkpoint | None:
-        row = self.store.offset(identity)
-        return None if row is None else Checkpoint(*row)
-
-    def by_head(self, head: str) -> Checkpoint | None:
-        row = self.store.offset_by_head(head)
-        return None if row is None else Checkpoint(*row)
-
-    def put(self, items: list[tuple[str, str, Checkpoint]]) -> None:
-        self.store.set_offsets([(i, p, c.offset, c.head, c.file_id) for i, p, c in items])
 
 
 class LogWatch:
@@ -61,12 +39,16 @@ class LogWatch:
         engine: Engine,
         on_findings: Callable[[list[Finding]], None],
         on_drained: Callable[[], None] = lambda: None,
+        kernel: KernelLog | None = None,
+        keep: Callable[[Finding], bool] = lambda f: True,
     ) -> None:
         self.config = config
         self.store = store
         self.engine = engine
         self._on_findings = on_findings
         self._on_drained = on_drained
+        self.kernel = kernel
+        self._keep = keep  # drops kernel lines about processes that are not the server's
         self.tailer = Tailer(
             sources,
             StoreCheckpoints(store),
@@ -92,6 +74,8 @@ class LogWatch:
         self._waker = Waker(wake)
         if self.config.inotify:
             self._waker.start(self.tailer.watch_dirs())
+        if self.kernel is not None and not self.kernel.open():
+            self.kernel = None
         self.drain()
         if self.store.meta(TAILER_STARTED) is None:
             self.store.set_meta(TAILER_STARTED, time.time())
@@ -99,15 +83,17 @@ class LogWatch:
     def drain(self) -> None:
         """Read every source to its end now and hand on what the rules find."""
         while True:
-            chunks = self.tailer.poll()
+            chunks = self.tailer.poll() + (self.kernel.poll() if self.kernel else [])
             if not chunks:
                 break
             findings: list[Finding] = []
             for chunk in chunks:
-                findings.extend(self.engine.scan(chunk))
+                findings.extend(f for f in self.engine.scan(chunk) if self._keep(f))
             if findings:
                 self._on_findings(findings)
             self.tailer.commit()
+            if self.kernel is not None:
+                self.kernel.commit()
         self._on_drained()
 
     def scan_text(self, name: str, text: str, file_id: str) -> None:
@@ -144,6 +130,8 @@ class LogWatch:
         with contextlib.suppress(StoreError):  # a full disk must not fail the shutdown
             self.drain()
         self.tailer.close()
+        if self.kernel is not None:
+            self.kernel.close()
 
 
 __all__ = ["TAILER_STARTED", "LogWatch", "StoreCheckpoints"]

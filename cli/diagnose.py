@@ -1,8 +1,9 @@
 """``ascend-doctor diagnose``: offline root-cause analysis of collected logs.
 
 Reads log files, plog/slog trees and tar bundles at the engine's scan speed,
-then ranks what it found: root causes first (earliest first, with the evidence
-lines by file and line), then symptoms, then a timeline.
+then ranks what it found: root causes first (up the chain first: rules/ranking.py, with the
+evidence lines by file and line), unrecognised errors after them, then symptoms, then a
+timeline.
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ from ascend_doctor.cli import parallel
 from ascend_doctor.cli.parallel import as_is, paused_gc, regular_pieces, scan_pieces
 from ascend_doctor.collectors.logs import read_chunks, source_kind
 from ascend_doctor.core.errors import StoreError
-from ascend_doctor.core.events import Finding, Role
+from ascend_doctor.core.events import Category, Finding
 from ascend_doctor.core.records import Artifact, decode
 from ascend_doctor.rules import Engine, RuleSet
+from ascend_doctor.rules.ranking import Ranked, rank_causes
 
 SNIFF = 8192
 
@@ -34,6 +36,7 @@ ACTION_TEXT = {
     "lower_max_model_len": "lower --max-model-len to what fits",
     "lower_gpu_memory_utilization": "lower --gpu-memory-utilization",
     "lower_max_num_seqs": "lower --max-num-seqs",
+    "lower_swap_space": "lower --swap-space (host memory pinned for swapped KV blocks)",
     "set_env": "set {name}={value}",
     "enforce_eager": "run with --enforce-eager",
     "raise_hccl_timeout": "raise HCCL_CONNECT_TIMEOUT / HCCL_EXEC_TIMEOUT",
@@ -224,9 +227,10 @@ def _timestamp(text: bytes) -> datetime | None:
     return None
 
 
-def _ordered(hits: list[_Hit]) -> list[_Hit]:
+def _ordered(hits: list[_Hit]) -> list[tuple[_Hit, float | None]]:
     """File order within a file; across files, by time. A line without a timestamp takes
-    its file's nearest earlier one (or the next one), so a traceback stays with its header."""
+    its file's nearest earlier one (or the next one), so a traceback stays with its header.
+    Each hit comes with that effective time."""
     hits = sorted(hits, key=lambda h: h.order)
     effective: dict[int, float | None] = {}
     by_file: dict[int, list[_Hit]] = {}
@@ -248,45 +252,48 @@ def _ordered(hits: list[_Hit]) -> list[_Hit]:
         t = effective[id(h)]
         return (0, t, h.order) if t is not None else (1, 0.0, h.order)
 
-    return sorted(hits, key=key)
+    return [(h, effective[id(h)]) for h in sorted(hits, key=key)]
 
 
 def report(result: Diagnosis, rules: RuleSet) -> dict[str, Any]:
-    """The ranked report as the JSON ``diagnose --json`` prints."""
-    hits = _ordered(result.hits)
-    causes: dict[tuple[str, str], dict[str, Any]] = {}
-    symptoms: dict[str, dict[str, Any]] = {}
+    """The ranked report as the JSON ``diagnose --json`` prints: root causes ranked across
+    the chain (rules/ranking.py: what makes the others happen first), then unrecognised
+    errors, then every other finding as a symptom."""
+    timed = _ordered(result.hits)
+    hits = [h for h, _ in timed]
     steps = {r.id: r.remediation for r in rules.text}
+    ranked = rank_causes([Ranked(h.finding, when, h.order) for h, when in timed])
+    causes: dict[tuple[str, str], dict[str, Any]] = {}
+    named: set[int] = set()
+    for group in ranked:
+        f = group[0].finding
+        key = (f.category.value, f.subject)
+        entry = causes.get(key) or causes.setdefault(key, _cause(f, steps))
+        entry["count"] += len(group)
+        named.update(id(i.finding) for i in group)
+    unknown = [h.finding for h in hits if h.finding.category == Category.UNRECOGNISED]
+    for f in unknown:
+        if id(f) not in named:
+            entry = causes.setdefault(("unrecognised", f.summary), _cause(f, steps))
+            entry["count"] += 1
+            named.add(id(f))
+    symptoms: dict[str, dict[str, Any]] = {}
     for hit in hits:
         f = hit.finding
+        if id(f) in named:
+            continue
         evidence = [{"path": e.path, "line": e.line, "text": e.text} for e in f.evidence]
-        if f.role == Role.ROOT:
-            key = (f.category.value, f.subject)
-            if key not in causes:
-                causes[key] = {
-                    "category": f.category.value,
-                    "rule": f.rule,
-                    "subject": f.subject,
-                    "severity": f.severity.label,
-                    "summary": f.summary,
-                    "explain": f.explain,
-                    "count": 0,
-                    "evidence": evidence,
-                    "suggestions": _suggestions(steps.get(f.rule, ())),
-                }
-            causes[key]["count"] += 1
-        else:
-            entry = symptoms.setdefault(
-                f.rule,
-                {
-                    "category": f.category.value,
-                    "rule": f.rule,
-                    "summary": f.summary,
-                    "count": 0,
-                    "evidence": evidence,
-                },
-            )
-            entry["count"] += 1
+        entry = symptoms.setdefault(
+            f.rule,
+            {
+                "category": f.category.value,
+                "rule": f.rule,
+                "summary": f.summary,
+                "count": 0,
+                "evidence": evidence,
+            },
+        )
+        entry["count"] += 1
     timeline = [
         {
             "at": h.when.isoformat(sep=" ") if h.when else None,
@@ -306,6 +313,20 @@ def report(result: Diagnosis, rules: RuleSet) -> dict[str, Any]:
         "lines_read": result.lines_read,
         "unreadable": result.unreadable,
         "profiles": result.profiles,
+    }
+
+
+def _cause(f: Finding, steps: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "category": f.category.value,
+        "rule": f.rule,
+        "subject": f.subject,
+        "severity": f.severity.label,
+        "summary": f.summary,
+        "explain": f.explain,
+        "count": 0,
+        "evidence": [{"path": e.path, "line": e.line, "text": e.text} for e in f.evidence],
+        "suggestions": _suggestions(steps.get(f.rule, ())),
     }
 
 

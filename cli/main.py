@@ -239,6 +239,7 @@ def incidents(ctx: click.Context, state_dir: Path | None, as_json: bool) -> None
         click.echo(
             f"#{row['id']} {row['state']:10} {row['severity']:8} {row['category']:22}"
             f" {row['subject']:7} {row['summary']}"
+            + (f" (x{row['findings']})" if row["findings"] > 1 else "")
         )
         for a in row["actions"]:
             click.echo(f"      {a['name']:28} {a['outcome']:9} {a['reason']}")
@@ -316,7 +317,7 @@ def _print_report(rep: dict[str, Any]) -> None:
     if not rep["root_causes"] and not rep["symptoms"]:
         click.echo("no known failure found")
     if rep["root_causes"]:
-        click.echo("\nROOT CAUSES (earliest first)")
+        click.echo("\nROOT CAUSES (the cause of the others first)")
     for n, cause in enumerate(rep["root_causes"], 1):
         times = f" x{cause['count']}" if cause["count"] > 1 else ""
         click.echo(f"{n:2}. [{cause['category']}] {cause['summary']}{times}")

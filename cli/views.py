@@ -25,6 +25,7 @@ def incident_dicts(store: Store) -> list[dict[str, Any]]:
                 "resolved_at": inc.resolved_at,
                 "summary": inc.summary,
                 "rule": inc.rule,
+                "findings": store.finding_count(inc.id),
                 "actions": [
                     {
                         "name": a.name,

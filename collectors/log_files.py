@@ -10,12 +10,11 @@ import logging
 import os
 import re
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, BinaryIO, TypeVar
 
-from ascend_doctor.core.config import LogsConfig
 from ascend_doctor.core.events import LogChunk
 from ascend_doctor.core.safeio import FOLLOW_ROOTS, open_regular
 
@@ -228,33 +227,9 @@ def source_kind(path: str) -> str:
         return "slog"
     if re.search(r"(?:^|/)device-\d+", p):
         return "device"
-    if name.startswith(("messages", "kern.log", "syslog", "dmesg", "journal")):
+    if name.startswith(("messages", "kern.log", "syslog", "dmesg", "journal", "kmsg")):
         return "host"
     return "server"
-
-
-def cann_log_root(env: Mapping[str, str]) -> Path:
-    """Where CANN writes plogs for a process with this environment (FORMATS.md section 1)."""
-    for var in ("ASCEND_PROCESS_LOG_PATH", "ASCEND_WORK_PATH"):
-        if env.get(var):
-            root = Path(env[var])
-            return root if var == "ASCEND_PROCESS_LOG_PATH" else root / "log"
-    return Path(env.get("HOME", str(Path.home()))) / "ascend" / "log"
-
-
-def log_sources(
-    config: LogsConfig, server_log: Path | None, env: Mapping[str, str]
-) -> list[Source]:
-    """What to follow: the server's output, its CANN log tree, the configured globs."""
-    sources = [Source(str(server_log), "server")] if server_log is not None else []
-    if config.cann:
-        root = cann_log_root(env)
-        for level in ("debug", "run"):
-            sources.append(Source(str(root / level / "plog" / "*.log"), "plog"))
-            sources.append(Source(str(root / level / "device-*" / "*.log"), "device"))
-    for pattern in config.paths:
-        sources.append(Source(pattern, source_kind(pattern)))
-    return sources
 
 
 def is_glob(pattern: str) -> bool:
@@ -330,6 +305,22 @@ def bound(d: OrderedDict[K, V]) -> None:
         d.popitem(last=False)
 
 
+def last_lines(path: Path | str | None, count: int = 20, max_bytes: int = 65536) -> list[str]:
+    """The last ``count`` lines of a file (from at most its last ``max_bytes``); [] if none."""
+    if path is None:
+        return []
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            data = f.read()
+    except OSError:
+        return []
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    return lines[-count:] if size <= max_bytes else lines[1:][-count:]
+
+
 __all__ = [
     "FIRST_LINE_BYTES",
     "HEAD_BYTES",
@@ -344,7 +335,6 @@ __all__ = [
     "Tracked",
     "as_pair",
     "bound",
-    "cann_log_root",
     "checksum",
     "close",
     "cut_long_lines",
@@ -354,7 +344,7 @@ __all__ = [
     "head_fd",
     "head_of",
     "is_glob",
-    "log_sources",
+    "last_lines",
     "lookback",
     "name_of",
     "read_chunks",

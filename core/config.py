@@ -69,6 +69,12 @@ class LogsConfig:
     """Lines of context kept before a matched line."""
     context_after: int = 3
     """Lines of context kept after a matched line."""
+    kernel: bool = True
+    """Read the kernel's messages (OOM killer, segfaults, the NPU driver): ``kernel_path``
+    from a cursor kept in the store, or /var/log/kern.log and /var/log/messages when it
+    cannot be read. Lines about a process that is not the server's are dropped."""
+    kernel_path: str = "/dev/kmsg"
+    """The kernel's record stream."""
 
 
 @dataclass(frozen=True)

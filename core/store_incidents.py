@@ -183,6 +183,13 @@ class IncidentsMixin(StoreBase):
         ).fetchone()
         return row is not None
 
+    def finding_count(self, incident_id: int) -> int:
+        """How many findings an incident has (an unknown error repeated 100 times: 100)."""
+        row = self._db.execute(
+            "SELECT COUNT(*) FROM findings WHERE incident_id = ?", (incident_id,)
+        ).fetchone()
+        return int(row[0])
+
     def findings(self, incident_id: int | None = None) -> list[StoredFinding]:
         """Stored findings, oldest first (of one incident, or all)."""
         if incident_id is None:

@@ -77,8 +77,44 @@ _HEADERS: tuple[tuple[str, re.Pattern[bytes]], ...] = (
         ),
     ),
     ("uvicorn", re.compile(rb"(?P<level>INFO|WARNING|ERROR|CRITICAL):\s+")),
+    # Python logging's default format (logging.basicConfig): "ERROR:torch.distributed:msg"
+    (
+        "pydefault",
+        re.compile(rb"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL):(?P<logger>[\w.]{1,100}):"),
+    ),
+    # loguru (LLaMA-Factory, lmdeploy and others): "2025-06-01 10:00:00.123 | ERROR    | m:f:12 - "
+    (
+        "loguru",
+        re.compile(
+            rb"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \| (?P<level>[A-Z]{4,8}) *\| "
+            rb"(?P<logger>[\w.:<>-]{1,120}) - "
+        ),
+    ),
+    # a bracketed level after up to three bracketed fields (a time, a pid, a rank):
+    # "[2025-06-01 10:00:00] [1234] [ERROR] msg", "[ERROR] msg"; Go/logfmt "level=error"
+    (
+        "bracket",
+        re.compile(
+            rb"(?:\[[^\]\n]{1,40}\] ?){0,3}"
+            rb"\[(?P<level>ERROR|WARNING|WARN|INFO|DEBUG|CRITICAL|FATAL)\] ?"
+        ),
+    ),
+    (
+        "logfmt",
+        re.compile(rb"[^\n]{0,80}?\blevel=\"?(?P<level>error|fatal|warning|warn|info|debug)\b"),
+    ),
 )
-_LEVELS = {b"E": "ERROR", b"W": "WARNING", b"I": "INFO", b"F": "CRITICAL", b"EVENT": "INFO"}
+_LEVELS = {
+    b"E": "ERROR",
+    b"W": "WARNING",
+    b"I": "INFO",
+    b"F": "CRITICAL",
+    b"EVENT": "INFO",
+    b"WARN": "WARNING",
+    b"FATAL": "CRITICAL",
+    b"SUCCESS": "INFO",
+    b"TRACE": "DEBUG",
+}
 
 REQUEST_LOG = re.compile(
     rb"(?:Received request \S{1,200}: (?:prompt|params)|Received raw HTTP request \S{1,200}: "
@@ -94,13 +130,13 @@ never evidence of a failure."""
 
 TRACEBACK = re.compile(rb"\s*Traceback \(most recent call last\):")
 EXCEPTION = re.compile(
-    rb"(?:[A-Za-z_][\w]{0,60}\.){0,8}[A-Z]\w{0,60}(?:Error|Exception|Exit|Interrupt|Fault)"
-    rb"(?:: |:$|$|\(')"
+    rb"(?:[A-Za-z_][\w]{0,60}\.){0,8}[A-Z]\w{0,60}(?:Error|Exception|Exit|Interrupt|Fault|Failed)"
+    rb"(?:\(\w{1,60}(?:Error|Exception)\))?(?:: |:$|$|\(')"
 )
 """A Python exception line: ``RuntimeError: ...``, ``vllm....EngineDeadError: ...``, a repr."""
 FATAL = re.compile(
     rb"(?:terminate called after throwing|\s*what\(\): |Fatal Python error|Segmentation fault"
-    rb"|\*\*\* SIG\w+ received)"
+    rb"|\*\*\* SIG\w+ received|panic: |thread '[^'\n]{0,80}' panicked at|fatal error: )"
 )
 CANN_CODE = re.compile(
     rb"(?:E[0-9A-Z]\d{4}(?::|\[PID)|\[PID: \d+\] [\d:.-]+ \w+\(E[0-9A-Z]\d{4}\):)"
@@ -135,7 +171,7 @@ def parse(line: bytes) -> Parsed:
             continue
         groups = h.groupdict()
         raw = groups.get("level") or b""
-        level = _LEVELS.get(raw, raw.decode())
+        level = _LEVELS.get(raw.upper(), raw.decode().upper())
         end = h.end()
         after = _OUTER.match(line, end)  # vLLM repeats the rank tag after its own header
         end = after.end() if after else end

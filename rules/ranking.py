@@ -98,7 +98,25 @@ def rank_causes(items: Sequence[Ranked]) -> list[list[Ranked]]:
             key=lambda g: (tier(g[0].finding), _generic(g[0].finding), g[0].order),
         )
         causes.extend(ordered)
+    _hoist_device_faults(causes)
     return causes
+
+
+def _hoist_device_faults(causes: list[list[Ranked]]) -> None:
+    """A device fault explains the runtime errors on its device even when it is logged later
+    than they are (the driver and device logs lag the server's output, and a device's clock
+    is not the host's): it moves ahead of every earlier cause further down the chain that is
+    about the same device or names none."""
+    for index in range(len(causes)):
+        f = causes[index][0].finding
+        if f.category != Category.DEVICE_FAULT:
+            continue
+        for earlier in range(index):
+            e = causes[earlier][0].finding
+            same_device = e.subject == f.subject or "server" in (e.subject, f.subject)
+            if tier(e) > tier(f) and same_device:
+                causes.insert(earlier, causes.pop(index))
+                break
 
 
 def _fold_device_reports(groups: dict[tuple[Category, str], list[Ranked]]) -> None:

@@ -39,6 +39,7 @@ MAX_TRACEBACK_LINES = 400
 UNIT_KEYS = (
     r"ERROR|CRITICAL|Error|Exception|Exit\b|Interrupt\b|Traceback|what\(\)|Fatal"
     r"|Segmentation fault|\*\*\* SIG|\[E(?:\d{3}| [\w./-]{1,80}:\d+\])|E[0-9A-Z]\d{4}"
+    r"|FATAL|Failed|panic|fatal error|level=\"?(?:error|fatal)"
 )
 """Words of a line that may be an error line; scanned with the rules in one pass."""
 _CANDIDATE = re.compile(UNIT_KEYS.encode())

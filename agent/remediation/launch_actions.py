@@ -47,6 +47,8 @@ async def lower_max_model_len(
     if fits is None:
         fits = _fits_from_memory(ev.captures)
         source = "the available KV cache memory over the model's KV bytes per token"
+    if fits is None and params.get("halve") and current:
+        fits, source = current // 2, "half the current length (host memory, not the KV cache)"
     if fits is None:
         return Done(Outcome.REFUSED, "no evidence of what fits (no estimate, no KV token count)")
     target = fits // block * block
@@ -117,6 +119,19 @@ async def lower_max_num_seqs(
     )
 
 
+async def lower_swap_space(
+    ctx: Context, inc: Incident, params: dict[str, Any], ev: Evidence
+) -> Done:
+    """Halve --swap-space (host memory vLLM pins per device for swapped-out KV blocks); only
+    when the launch sets it: never more swap, and no flag a vLLM release may not know."""
+    current = to_int(ctx.spec().flag("--swap-space"))
+    if not current:
+        return Done(Outcome.REFUSED, "--swap-space is not set (or 0): nothing to lower")
+    p = {"from": current, "to": current // 2}
+    override = ("--swap-space", "arg", str(current // 2))
+    return Done(Outcome.OK, "pin less host memory", p, restart=True, override=override)
+
+
 async def set_env(ctx: Context, inc: Incident, params: dict[str, Any], ev: Evidence) -> Done:
     """Set an environment variable of the server (e.g. the allocator's expandable segments)."""
     name, value = str(params.get("name", "")), str(params.get("value", ""))
@@ -180,6 +195,7 @@ __all__ = [
     "lower_gpu_memory_utilization",
     "lower_max_model_len",
     "lower_max_num_seqs",
+    "lower_swap_space",
     "raise_hccl_timeout",
     "set_env",
     "to_int",

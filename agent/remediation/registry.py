@@ -73,7 +73,15 @@ _SPECS = (
     ActionSpec(
         "lower_max_model_len",
         launch.lower_max_model_len,
-        _fixed("lower --max-model-len to what the KV cache holds"),
+        lambda p: "halve --max-model-len" if p.get("halve") else "lower --max-model-len to fit",
+        touches_server=True,
+        changes_launch=True,
+        params={"halve": bool},
+    ),
+    ActionSpec(
+        "lower_swap_space",
+        launch.lower_swap_space,
+        _fixed("halve --swap-space"),
         touches_server=True,
         changes_launch=True,
     ),

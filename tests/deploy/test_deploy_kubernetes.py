@@ -16,7 +16,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from ascend_doctor.collectors.log_files import cann_log_root
+from ascend_doctor.collectors.log_sources import cann_log_root
 from ascend_doctor.core.config import Config
 from ascend_doctor.core.config_file import load_config
 

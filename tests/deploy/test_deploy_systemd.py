@@ -12,7 +12,7 @@ import click
 import pytest
 
 from ascend_doctor.cli.main import main
-from ascend_doctor.collectors.log_files import cann_log_root
+from ascend_doctor.collectors.log_sources import cann_log_root
 from ascend_doctor.core.config_file import load_config
 
 from .units import environment, parse_unit, value, values

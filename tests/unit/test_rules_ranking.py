@@ -78,6 +78,24 @@ def test_cascades_keep_their_time_order() -> None:
     ]
 
 
+def test_a_device_fault_logged_later_still_explains_the_errors_on_that_device() -> None:
+    # the driver's heartbeat line lands minutes after the runtime error (another cascade)
+    aicore = findings(
+        "RuntimeError: NPU function error: aclrtSynchronizeStream, error code is 507035\n"
+    )
+    heartbeat = "[ERROR] [drv_soft_fault] [soft_fault_heartbeat 120] Heartbeat lost!"
+    fault = findings(heartbeat + " (device=3; ret=-110)\n", "plog")
+    env = findings("ModuleNotFoundError: No module named 'torch_npu'\n")
+    items = [Ranked(aicore[0], 1000.0, (0, 0)), Ranked(fault[0], 1300.0, (1, 0))]
+    assert rank_causes(items)[0][0].finding.category == Category.DEVICE_FAULT
+    # a cause as far up the chain keeps its place
+    items = [Ranked(env[0], 1000.0, (0, 0)), Ranked(fault[0], 1300.0, (1, 0))]
+    assert [c[0].finding.category for c in rank_causes(items)] == [
+        Category.ENV_MISMATCH,
+        Category.DEVICE_FAULT,
+    ]
+
+
 @pytest.mark.parametrize("incident", sorted(p.name for p in DEV.iterdir()))
 def test_dev_incidents_root_cause_first(incident: str) -> None:
     meta = yaml.safe_load((DEV / incident / "meta.yaml").read_text())
