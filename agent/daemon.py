@@ -42,6 +42,7 @@ from ascend_doctor.collectors.log_files import last_lines
 from ascend_doctor.collectors.log_sources import log_sources
 from ascend_doctor.collectors.npu_smi import npu_smi_binary
 from ascend_doctor.core.config import Config
+from ascend_doctor.core.errors import StoreError
 from ascend_doctor.core.events import Category, Finding, ProcessEvent, ProcessState, Sample
 from ascend_doctor.core.launch import LaunchSpec, server_spec
 from ascend_doctor.core.procs import process_start
@@ -385,7 +386,11 @@ def _unexplained_exit(d: Daemon, event: ProcessEvent) -> None:
     if event.crashed and time.time() - d._explained_at > CRASH_WINDOW:
         last = last_lines(d.log_path if d.base_spec else None)
         event = replace(event, pid=event.pid or d._last_pid)
-        d._findings([crash_finding(event, last, str(d.log_path))])
+        try:
+            d._findings([crash_finding(event, last, str(d.log_path))])
+        except StoreError:
+            # counted and logged by the store: a full disk must not stop the restart
+            log.warning("the crash of pid %s could not be recorded", event.pid)
 
 
 def _under(state_dir: Path, name: str) -> Path:

@@ -69,7 +69,9 @@ class LogWatch:
         loop = asyncio.get_running_loop()
 
         def wake() -> None:
-            loop.call_soon_threadsafe(self._wake.set)
+            if not loop.is_closed():  # inotify may fire while the doctor shuts down
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(self._wake.set)
 
         self._waker = Waker(wake)
         if self.config.inotify:
