@@ -22,7 +22,7 @@ from ascend_doctor.cli.common import (
     setup_logging,
     state_dir_option,
 )
-from ascend_doctor.cli.views import incident_dicts
+from ascend_doctor.cli.views import incident_dicts, when
 from ascend_doctor.core.config import Config
 from ascend_doctor.core.errors import DoctorError
 
@@ -182,10 +182,18 @@ def demo(
 @main.group(invoke_without_command=True)
 @state_dir_option
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per incident per line.")
+@click.option("--utc", is_flag=True, help="Times in UTC instead of local time.")
 @click.pass_context
-def incidents(ctx: click.Context, state_dir: Path | None, as_json: bool) -> None:
-    """List incidents with their remediation decisions (or: incidents ack ID)."""
+def incidents(ctx: click.Context, state_dir: Path | None, as_json: bool, utc: bool) -> None:
+    """List incidents with their remediation decisions (or: incidents show ID, incidents ack ID).
+
+    --state-dir and --utc given here apply to the subcommand too.
+    """
     if ctx.invoked_subcommand is not None:
+        if as_json:
+            raise click.UsageError(
+                f"--json lists incidents; it does not go with {ctx.invoked_subcommand}"
+            )
         return
     store = open_store(state_dir)
     rows = incident_dicts(store)
@@ -197,10 +205,13 @@ def incidents(ctx: click.Context, state_dir: Path | None, as_json: bool) -> None
     if not rows:
         click.echo("no incidents")
     for row in rows:
+        mark = " ACKED" if row["acknowledged"] else ""
         click.echo(
-            f"#{row['id']} {row['state']:10} {row['severity']:8} {row['category']:22}"
+            f"#{row['id']} {row['state']:10}{mark} {row['severity']:8} {row['category']:22}"
             f" {row['subject']:7} {row['summary']}"
         )
+        closed = f", {row['state']} {when(row['resolved_at'], utc)}" if row["resolved_at"] else ""
+        click.echo(f"      opened {when(row['opened_at'], utc)}{closed}")
         for a in row["actions"]:
             click.echo(f"      {a['name']:28} {a['outcome']:9} {a['reason']}")
 
@@ -300,7 +311,8 @@ def _register() -> None:
     from ascend_doctor.cli.check import check
     from ascend_doctor.cli.profile import profile
     from ascend_doctor.cli.rules import findings, rules_group
-    from ascend_doctor.cli.state import ack, overrides_group, status
+    from ascend_doctor.cli.state import ack, overrides_group
+    from ascend_doctor.cli.status import status
     from ascend_doctor.cli.traces import show, traces_group
     from ascend_doctor.cli.tui import tui
 
