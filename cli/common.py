@@ -4,6 +4,7 @@ as a command opens them (a bad file or a missing store is one line, never a trac
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -94,6 +95,20 @@ config_option = click.option(
 )
 
 
+def usable_state_dir(d: Path) -> Path:
+    """``d`` made and checked writable, absolute; one line (exit 2) when it cannot be: a path
+    through a file, a read-only disk, no permission."""
+    d = d.absolute()
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        probe = d / f".probe-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise InputError(f"{d}: cannot use as the state dir: {exc.strerror or exc}") from None
+    return d
+
+
 def open_store(state_dir: Path | None, *, write: bool = False) -> Store:
     """The store of a state dir for a CLI command; a one-line error when there is none."""
     d = resolve_state_dir(state_dir)
@@ -114,4 +129,5 @@ __all__ = [
     "resolve_state_dir",
     "setup_logging",
     "state_dir_option",
+    "usable_state_dir",
 ]

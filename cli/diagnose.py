@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 import tarfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -74,6 +75,9 @@ def _files(paths: list[Path]) -> Iterator[tuple[str, Callable[[], IO[bytes]] | N
 
 
 def _one(path: Path) -> Iterator[tuple[str, Callable[[], IO[bytes]] | None, str]]:
+    if str(path) == "-":  # standard input, as everywhere on the command line
+        yield "-", _const(sys.stdin.buffer), ""
+        return
     name = path.name
     if name.endswith((".tar.gz", ".tgz", ".tar")):
         try:

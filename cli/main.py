@@ -21,8 +21,9 @@ from ascend_doctor.cli.common import (
     resolve_state_dir,
     setup_logging,
     state_dir_option,
+    usable_state_dir,
 )
-from ascend_doctor.cli.views import incident_dicts, when
+from ascend_doctor.cli.views import incident_dicts, plural, when
 from ascend_doctor.core.config import Config
 from ascend_doctor.core.errors import DoctorError
 
@@ -101,7 +102,9 @@ def watch(
         raise click.ClickException(f"command not found: {command[0]}")
     setup_logging(verbose)
     spec = LaunchSpec(tuple(command)) if command else None
-    status = run_watch(config, resolve_state_dir(state_dir), spec, attach=attached)
+    status = run_watch(
+        config, usable_state_dir(resolve_state_dir(state_dir)), spec, attach=attached
+    )
     sys.exit(status)
 
 
@@ -176,6 +179,8 @@ def demo(
         )
     except DoctorError as exc:
         raise click.ClickException(str(exc)) from None
+    except demo_mod.DemoInterrupted:
+        sys.exit(130)  # as a shell reports a command Ctrl-C stopped
     sys.exit(0 if ok else 1)
 
 
@@ -219,6 +224,7 @@ def incidents(ctx: click.Context, state_dir: Path | None, as_json: bool, utc: bo
 @main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="The report as one JSON object.")
+@click.option("--exit-code", is_flag=True, help="Exit with 1 when a failure is found.")
 @click.option(
     "--rules",
     "rule_dirs",
@@ -226,8 +232,14 @@ def incidents(ctx: click.Context, state_dir: Path | None, as_json: bool, utc: bo
     type=click.Path(file_okay=False, path_type=Path),
     help="Site rules directory on top of the builtin packs (repeatable).",
 )
-def diagnose(paths: tuple[Path, ...], as_json: bool, rule_dirs: tuple[Path, ...]) -> None:
-    """Offline root-cause analysis of log files, plog/slog trees or a support bundle."""
+def diagnose(
+    paths: tuple[Path, ...], as_json: bool, exit_code: bool, rule_dirs: tuple[Path, ...]
+) -> None:
+    """Offline root-cause analysis of log files (- for stdin), plog/slog trees or a bundle.
+
+    Exit status: 2 when a path named here cannot be read or is not text (the others are
+    still read), 1 with --exit-code when a failure is found, else 0 (as ``rules scan``).
+    """
     from ascend_doctor.cli.diagnose import diagnose as run_diagnose
     from ascend_doctor.cli.diagnose import report
     from ascend_doctor.rules import load_rules
@@ -246,12 +258,16 @@ def diagnose(paths: tuple[Path, ...], as_json: bool, rule_dirs: tuple[Path, ...]
     else:
         result = run_diagnose(list(paths), rules)
     rep = report(result, rules)
+    named = {str(p) for p in paths}
+    unusable = result.files_read == 0 or any(u["path"] in named for u in rep["unreadable"])
     if as_json:
         click.echo(json.dumps(rep, indent=2))
     else:
         _print_report(rep)
-    if result.files_read == 0:
+    if unusable:
         sys.exit(2)
+    if exit_code and (rep["root_causes"] or rep["symptoms"]):
+        sys.exit(1)
 
 
 def _size(path: Path) -> int:
@@ -268,8 +284,16 @@ def _size(path: Path) -> int:
 
 
 def _print_report(rep: dict[str, Any]) -> None:
-    click.echo(f"read {rep['files_read']} files, {rep['lines_read']:,} lines")
-    if not rep["root_causes"] and not rep["symptoms"]:
+    for u in rep["unreadable"]:  # first: a report on nothing must not read as all clear
+        click.echo(f"unreadable: {u['path']}: {u['error']}", err=True)
+    click.echo(
+        f"read {plural(rep['files_read'], 'file')}, {plural(rep['lines_read'], 'line')}"
+        if rep["lines_read"] < 1000
+        else f"read {plural(rep['files_read'], 'file')}, {rep['lines_read']:,} lines"
+    )
+    if rep["files_read"] == 0:
+        click.echo("nothing could be read: no diagnosis")
+    elif not rep["root_causes"] and not rep["symptoms"]:
         click.echo("no known failure found")
     if rep["root_causes"]:
         click.echo("\nROOT CAUSES (earliest first)")
@@ -301,8 +325,6 @@ def _print_report(rep: dict[str, Any]) -> None:
         click.echo(f"  {prof['kind']} {prof['path']}: {prof['headline']}")
     if rep.get("profiles") and rep["profiles"][-1]["report"]:
         click.echo("\n" + rep["profiles"][-1]["report"].rstrip())
-    for u in rep["unreadable"]:
-        click.echo(f"unreadable: {u['path']}: {u['error']}", err=True)
 
 
 def _register() -> None:

@@ -9,11 +9,14 @@ from typing import Any
 
 import click
 
+from ascend_doctor.cli.views import plural
 from ascend_doctor.core.errors import DoctorError
 from ascend_doctor.core.events import LogChunk
 from ascend_doctor.rules import Engine, RuleSet, load_rules
 from ascend_doctor.rules.lint import catalogue_problems, rule_problems
 from ascend_doctor.rules.matcher import hyperscan_error
+
+SNIFF = 8192  # a NUL byte in the first 8 KiB: not text (the test grep and diagnose use)
 
 
 def _load(dirs: tuple[Path, ...]) -> RuleSet:
@@ -90,29 +93,49 @@ def test(dirs: tuple[Path, ...]) -> None:
 @click.argument("files", nargs=-1, required=True)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per finding per line.")
 @click.option("--source", default=None, help="Stream kind of the input (default: from the path).")
+@click.option("--exit-code", is_flag=True, help="Exit with 1 when anything is found.")
 @rules_dir_option
 def scan(
-    files: tuple[str, ...], as_json: bool, source: str | None, rule_dirs: tuple[Path, ...]
+    files: tuple[str, ...],
+    as_json: bool,
+    source: str | None,
+    exit_code: bool,
+    rule_dirs: tuple[Path, ...],
 ) -> None:
-    """Scan FILES (- for stdin) offline and print every finding."""
+    """Scan FILES (- for stdin) offline and print every finding.
+
+    Exit status: 2 when a file cannot be read or is not text (the others are still scanned),
+    1 with --exit-code when something was found, else 0 (as ``diagnose``).
+    """
     from ascend_doctor.collectors.logs import read_chunks, source_kind
 
     engine = Engine(_load(rule_dirs), clock=lambda: 0.0)
     found = 0
+    unusable = 0
     for name in files:
         try:
             stream = sys.stdin.buffer if name == "-" else open(name, "rb")
         except OSError as exc:
-            click.echo(f"{name}: {exc.strerror}", err=True)
+            click.echo(f"{name}: {exc.strerror or exc}", err=True)
+            unusable += 1
             continue
         kind = source or ("server" if name == "-" else source_kind(name))
         with stream:
-            for chunk in read_chunks(stream, name, kind):
+            head = stream.read(SNIFF)
+            if b"\0" in head:
+                click.echo(f"{name}: binary file, not a log: skipped", err=True)
+                unusable += 1
+                continue
+            for chunk in read_chunks(stream, name, kind, already_read=head):
                 for finding in engine.scan(chunk):
                     found += 1
                     _print_finding(finding, as_json)
     if not as_json:
-        click.echo(f"{found} findings", err=True)
+        click.echo(plural(found, "finding"), err=True)
+    if unusable:
+        sys.exit(2)
+    if exit_code and found:
+        sys.exit(1)
 
 
 def _print_finding(f: Any, as_json: bool) -> None:

@@ -121,9 +121,9 @@ def traces_group() -> None:
 @click.option(
     "-o",
     "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
     required=True,
-    help="Where to write the OTLP JSON.",
+    help="Where to write the OTLP JSON (- for standard output).",
 )
 @state_dir_option
 def export(
@@ -143,8 +143,14 @@ def export(
     if not spans:
         what = f"incident {incident_id}" if incident_id is not None else f"trace {trace_id}"
         raise click.ClickException(f"no spans stored for {what}")
-    output.write_text(json.dumps(to_otlp_json(spans), indent=1) + "\n", encoding="utf-8")
-    click.echo(f"wrote {len(spans)} spans of trace {spans[0].trace_id} to {output}")
+    text = json.dumps(to_otlp_json(spans), indent=1) + "\n"
+    done = f"wrote {plural(len(spans), 'span')} of trace {spans[0].trace_id} to {output}"
+    if str(output) == "-":
+        click.echo(text, nl=False)
+        click.echo(done.replace(" to -", " to standard output"), err=True)
+        return
+    output.write_text(text, encoding="utf-8")
+    click.echo(done)
 
 
 __all__ = ["export", "incident_spans", "show", "traces_group", "waterfall"]

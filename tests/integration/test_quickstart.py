@@ -27,11 +27,11 @@ def _block(blocks: list[str], needle: str) -> str:
     return found[0]
 
 
-def _run(script: str, cwd: Path, env: dict[str, str]) -> str:
+def _run(script: str, cwd: Path, env: dict[str, str], ok: tuple[int, ...] = (0,)) -> str:
     proc = subprocess.run(
         ["bash", "-c", script], cwd=cwd, env=env, capture_output=True, text=True, timeout=60
     )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.returncode in ok, proc.stdout + proc.stderr
     return proc.stdout
 
 
@@ -105,7 +105,8 @@ def test_quickstart_reaches_a_watched_server(tmp_path: Path) -> None:
         poll(lambda: (work / "watch2.pid").exists(), 30, "the doctor started again")
 
         def relaunched() -> str | None:
-            out = _run(look_block.split("\n")[0], work, env)  # ascend-doctor status
+            # ascend-doctor status: 1 while the device incident waits for a human
+            out = _run(look_block.split("\n")[0], work, env, ok=(0, 1))
             running = re.search(r"RUNNING \(pid (\d+)\)", out)
             return out if running and "--max-model-len 15744" in out else None
 
