@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ascend_doctor.agent.alerts import AlertListener, Deliverer
-from ascend_doctor.agent.attach import AttachedServer, AttachSpec, process_spec
+from ascend_doctor.agent.attach import AttachedServer, AttachSpec, process_spec, silent_finding
 from ascend_doctor.agent.collection import CollectorRunner, build_runners
 from ascend_doctor.agent.decider import Decider
 from ascend_doctor.agent.incidents import IncidentManager
@@ -316,6 +316,8 @@ class Daemon:
             return await self.remediator.remediate(incident_id)
 
     async def _on_exit(self, event: ProcessEvent) -> ExitDecision:
+        if self.attach is not None and event.previous == ProcessState.STARTING:
+            self._findings([silent_finding(event)])  # it never answered: a server-down incident
         return await self.decider.on_exit()
 
     def _on_change(self, event: ProcessEvent) -> None:

@@ -142,3 +142,42 @@ def test_incidents_group_options_reach_show_and_ack(tmp_path: Path) -> None:
     out = run("incidents", "--state-dir", str(state), "--utc")[1]
     assert f"#{inc} escalated  ACKED critical" in out
     assert "opened 20" in out and "UTC, escalated 20" in out
+
+
+def test_attach_to_nothing_says_so_at_once_and_opens_an_incident_after_start_timeout(
+    tmp_path: Path,
+) -> None:
+    from ascend_doctor.cli.demo import free_port
+    from tests.conftest import poll
+
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens here
+    config = tmp_path / "doctor.toml"
+    config.write_text(
+        "[server]\nstart_timeout = 3\nhealth_interval = 0.5\n"
+        "[collectors.npu_smi]\nenabled = false\n"
+    )
+    state = tmp_path / "state"
+    log = tmp_path / "watch.out"
+    with open(log, "wb") as sink:
+        proc = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "ascend_doctor", "watch", "--attach", "--url", url),
+                *("--config", str(config), "--state-dir", str(state)),
+            ],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        poll(lambda: f"nothing answers at {url}" in log.read_text(), 30, "the warning")
+
+        def down() -> str | None:
+            out = run("incidents", "--state-dir", str(state))[1]
+            return out if "server_crashed" in out else None
+
+        out = poll(down, 60, "a server-down incident")
+        assert f"no answer at {url} for 3s" in out
+        code, out = run("status", "--state-dir", str(state))
+        assert "server: unknown" not in out and code == 1
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
