@@ -23,6 +23,7 @@ from typing import Any, BinaryIO
 
 import httpx
 
+from ascend_doctor.collectors.vllm_access import without_probe_access
 from ascend_doctor.core.config import ServerConfig
 from ascend_doctor.core.events import ProcessEvent, ProcessState
 from ascend_doctor.core.launch import LaunchSpec
@@ -331,7 +332,7 @@ class Supervisor:
                 out.flush()
                 if echo is not None:
                     with contextlib.suppress(OSError, ValueError):
-                        echo.write(data)
+                        echo.write(without_probe_access(data))  # not our own probes
                         echo.flush()
                 window = tail + data
                 if not self._marker_seen and any(m in window for m in markers):

@@ -351,6 +351,23 @@ def _register() -> None:
     incidents.add_command(show)  # incidents show ID: the span waterfall (issue 7)
     main.add_command(traces_group)
     main.add_command(tui)
+    for name, text in SHORT_HELP.items():
+        main.commands[name].short_help = text
+
+
+SHORT_HELP = {
+    "watch": "Supervise a server (-- vllm serve ...): watch, diagnose, remediate.",
+    "demo": "Run the doctor on a simulated Ascend host through fault scenarios.",
+    "status": "Is the doctor running; the server; what waits for a human (exit 0/1/2/3).",
+    "incidents": "List incidents and their decisions; incidents show ID, incidents ack ID.",
+    "diagnose": "Offline root-cause analysis of logs, plog/slog trees or a bundle.",
+    "bundle": "Pack incidents, findings, logs and npu-smi output for offline debugging.",
+    "check": "Preflight: driver, CANN, torch_npu and vLLM versions, devices, ports.",
+    "profile": "Capture and analyse a profile of the live server.",
+    "traces": "Export the stored traces (OTLP JSON).",
+    "tui": "A live view of devices, server, logs, incidents and traces.",
+}
+"""What the top-level help says of each command: a whole sentence, never cut mid-way."""
 
 
 _register()

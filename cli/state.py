@@ -10,6 +10,7 @@ import click
 from ascend_doctor.agent.incidents import IncidentManager
 from ascend_doctor.agent.remediation.policy import acknowledge_incident
 from ascend_doctor.cli.common import open_store, state_dir_option
+from ascend_doctor.cli.views import plural
 from ascend_doctor.core.config import IncidentsConfig
 
 
@@ -42,7 +43,9 @@ def overrides_clear(state_dir: Path | None) -> None:
         n = store.clear_overrides()
     finally:
         store.close()
-    click.echo(f"cleared {n} overrides; they apply from the server's next start")
+    click.echo(
+        f"cleared {plural(n, 'override')}; the server's next start uses the command as given"
+    )
 
 
 @click.command("ack")
