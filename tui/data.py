@@ -33,6 +33,10 @@ MAX_COUNT_BYTES = 64 << 20  # evidence line numbers are counted in files up to t
 HISTORY = 30  # samples per device kept for the sparklines
 
 
+class NoDoctor(Exception):
+    """A request with no doctor running to carry it out."""
+
+
 class Source:
     """Where the TUI reads from: a store file, and the state dir its logs live in.
 
@@ -62,12 +66,22 @@ class Source:
             finally:
                 store.close()
 
-    def add_request(self, kind: str, incident_id: int | None) -> int:
-        """Ask the daemon for something (the TUI's only write); returns the request id."""
+    def add_request(
+        self, kind: str, incident_id: int | None, alive: Callable[[int], bool] = pid_alive
+    ) -> tuple[int, bool]:
+        """Ask the daemon for something (the TUI's only write): (request id, newly queued).
+        The same request still pending is not queued twice; with no doctor running to carry
+        it out nothing is queued (:class:`NoDoctor`)."""
         with self._lock:
             store = Store(self.store_path)
             try:
-                return store.add_request(kind, incident_id, {"from": "tui"})
+                doctor = store.doctor()
+                if doctor is None or doctor.pid <= 0 or not alive(doctor.pid):
+                    raise NoDoctor("the doctor is not running: nothing was queued")
+                for r in store.requests(pending_only=True):
+                    if (r.kind, r.incident_id) == (kind, incident_id):
+                        return r.id, False
+                return store.add_request(kind, incident_id, {"from": "tui"}), True
             finally:
                 store.close()
 

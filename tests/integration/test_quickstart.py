@@ -126,8 +126,9 @@ def test_quickstart_reaches_a_watched_server(tmp_path: Path) -> None:
         poll(lambda: (work / "watch2.pid").exists(), 30, "the doctor started again")
 
         def relaunched() -> str | None:
-            # ascend-doctor status: 1 while the device incident waits for a human
-            out = _run(look_block.split("\n")[0], work, env, ok=(0, 1))
+            # ascend-doctor status: 3 until the new doctor announced itself, then 1 while the
+            # device incident waits for a human
+            out = _run(look_block.split("\n")[0], work, env, ok=(1, 3))
             running = re.search(r"RUNNING \(pid (\d+)\)", out)
             return out if running and "--max-model-len 15744" in out else None
 
