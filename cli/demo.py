@@ -30,6 +30,7 @@ from ascend_doctor.rules import load_rules
 from ascend_doctor.sim.driver import drive, prepare
 from ascend_doctor.sim.host import SimHost
 from ascend_doctor.sim.scenarios import Scenario, list_scenarios, load_scenario
+from ascend_doctor.tui.data import DEMO_DONE
 
 SCENARIO_DEADLINE = 45.0  # seconds one scenario may take before it counts as not recovered
 TOUR = (
@@ -137,6 +138,7 @@ def run_demo(
     state_dir = usable_state_dir(state_dir)
     # the simulated host lives in the state dir: nothing is left behind anywhere else, and
     # the paths the store records (the server's PATH, its log root) stay valid afterwards
+    (state_dir / DEMO_DONE).unlink(missing_ok=True)  # the TUI's header: a tour is running
     host_dir = state_dir / "simhost"
     shutil.rmtree(host_dir, ignore_errors=True)  # a fresh host for every run
     setup_logging(verbose, None if verbose else state_dir / "doctor.log")
@@ -173,6 +175,11 @@ class DemoInterrupted(Exception):
 
 
 def _summary(results: list[tuple[str, bool]], t0: float, state_dir: Path) -> None:
+    good = sum(ok for _, ok in results)
+    with contextlib.suppress(OSError):
+        (state_dir / DEMO_DONE).write_text(
+            f"demo tour finished: {good} of {plural(len(results), 'scenario')} as expected\n"
+        )
     click.echo(f"\ntour took {time.monotonic() - t0:.1f}s")
     for name, ok in results:
         want = load_scenario(name).expected_state

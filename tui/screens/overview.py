@@ -49,7 +49,7 @@ class OverviewScreen(RefreshingScreen[Overview]):
         now = self.doctor.clock()
         self.query_one(HeaderBar).show(data.header, now)
         self.query_one(DevicesTable).show(data.devices)
-        self.query_one(ServerPanel).show(data.server, now)
+        self.query_one(ServerPanel).show(data.server, now, data.header.server_state)
         self.query_one(IncidentsTable).show(data.incidents, now)
         title = self.doctor.source.display(data.log_path) if data.log_path else ""
         self.query_one(LogPane).show(data.log_path, title, data.log_lines)
