@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from textual import events
 from textual.widgets import Input
 
 from ascend_doctor.core.events import (
@@ -183,3 +184,20 @@ async def test_80x24_incident_shows_summary_decisions_and_the_whole_waterfall(
         assert waterfall.size.height >= waterfall.row_count + 1  # the header and every span
         detail = str(inc.query_one(SpanDetail).render())
         assert "unset" not in detail
+
+
+async def test_a_burst_of_keys_after_slash_all_land_in_the_search(state: Path) -> None:
+    """Over SSH "/qapr" arrives in one read: every key is in the queue before "/" is acted on."""
+    app = make_app(state, alive=True)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await shown(pilot, OverviewScreen)
+        await pilot.press("l")
+        logs = await shown(pilot, LogsScreen)
+        for key, char in (("slash", "/"), ("q", "q"), ("a", "a"), ("p", "p"), ("r", "r")):
+            app.post_message(events.Key(key, char))
+        box = logs.query_one(Input)
+        await until(pilot, lambda: box.value == "qapr", lambda: f"the box holds {box.value!r}")
+        assert app.is_running and isinstance(app.screen, LogsScreen)
+        await pilot.press("slash", "x")  # inside the box "/" is a character
+        assert box.value == "qapr/x"
+        assert requests(state) == []

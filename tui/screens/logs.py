@@ -132,12 +132,13 @@ class LogsScreen(RefreshingScreen[LogsData]):
         """``/``: show and focus the search box."""
         box = self.query_one(Input)
         box.add_class("open")
-        box.focus()
+        # now, not at the next idle as focus() would: keys typed right after / go to the box
+        self.set_focus(box)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         """Search forward from the current position."""
         self.query_one(LogView).needle = event.value
-        self.query_one(LogView).focus()
+        self.set_focus(self.query_one(LogView))
         self._search(forward=True)
 
     def action_next_match(self) -> None:
@@ -185,7 +186,7 @@ class LogsScreen(RefreshingScreen[LogsData]):
             view.needle = ""
             view.match_line = None
             view.refresh()
-            view.focus()
+            self.set_focus(view)
         else:
             self.doctor.action_go_back()
 

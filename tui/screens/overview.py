@@ -77,10 +77,8 @@ class OverviewScreen(RefreshingScreen[Overview]):
 
     def action_clear_filter(self) -> None:
         """``esc``: clear the log filter."""
-        if not self.query_one(LogPane).clear_filter():
-            self.query_one(IncidentsTable).focus()
-        else:
-            self.query_one(IncidentsTable).focus()
+        self.query_one(LogPane).clear_filter()
+        self.set_focus(self.query_one(IncidentsTable))
 
     def on_open_incident(self, message: OpenIncident) -> None:
         """Open the incident screen."""

@@ -50,7 +50,8 @@ class TracesScreen(RefreshingScreen[tuple[TraceRow, ...]]):
         """``/``: show and focus the filter."""
         box = self.query_one(Input)
         box.add_class("open")
-        box.focus()
+        # now, not at the next idle as focus() would: keys typed right after / go to the box
+        self.set_focus(box)
 
     def on_input_changed(self, event: Input.Changed) -> None:
         """Filter as the operator types."""
@@ -59,7 +60,7 @@ class TracesScreen(RefreshingScreen[tuple[TraceRow, ...]]):
     def on_input_submitted(self, event: Input.Submitted) -> None:
         """``enter`` keeps the filter and goes back to the table."""
         event.input.remove_class("open")
-        self.query_one(TracesTable).focus()
+        self.set_focus(self.query_one(TracesTable))
 
     def action_back_or_clear(self) -> None:
         """``esc``: clear the filter first, then go back."""
@@ -68,7 +69,7 @@ class TracesScreen(RefreshingScreen[tuple[TraceRow, ...]]):
             box.value = ""
             box.remove_class("open")
             self.query_one(TracesTable).set_filter("")
-            self.query_one(TracesTable).focus()
+            self.set_focus(self.query_one(TracesTable))
         else:
             self.doctor.action_go_back()
 
