@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from ascend_doctor.collectors.logs import read_chunks, source_kind
-from ascend_doctor.core.errors import StoreError
+from ascend_doctor.collectors.npu_smi_format import parse_info, samples_from_info
+from ascend_doctor.core.errors import CollectorError, StoreError
 from ascend_doctor.core.events import Finding, Role
 from ascend_doctor.core.records import Artifact, decode
 from ascend_doctor.rules import Engine, RuleSet
@@ -60,6 +61,9 @@ class Diagnosis:
     unreadable: list[dict[str, str]] = field(default_factory=list)
     profiles: list[dict[str, Any]] = field(default_factory=list)
     """Captured profiles a bundle's store holds, with their analysis."""
+    incidents: list[dict[str, Any]] = field(default_factory=list)
+    """The incidents a bundle's store holds (``store/incidents.json``), some of which no log
+    line shows (a hang seen only in the metrics)."""
 
 
 def _files(paths: list[Path]) -> Iterator[tuple[str, Callable[[], IO[bytes]] | None, str]]:
@@ -101,6 +105,18 @@ def _one(path: Path) -> Iterator[tuple[str, Callable[[], IO[bytes]] | None, str]
         yield str(path), None, "no such file or directory"
         return
     yield str(path), _opener(path), ""
+
+
+def _bundle_json(path: Path, suffix: str) -> list[dict[str, Any]]:
+    """A JSON list a bundle holds (empty when it has none or it does not read)."""
+    try:
+        with tarfile.open(path) as tar:
+            member = next((m for m in tar.getmembers() if m.name.endswith(suffix)), None)
+            data = tar.extractfile(member) if member is not None else None
+            value = json.loads(data.read()) if data is not None else []
+    except (OSError, tarfile.TarError, ValueError):
+        return []
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
 
 def bundle_profiles(path: Path) -> list[dict[str, Any]]:
@@ -150,6 +166,7 @@ def diagnose(
     for path in paths:
         if path.is_file() and path.name.endswith((".tar.gz", ".tgz", ".tar")):
             result.profiles += bundle_profiles(path)
+            result.incidents += _bundle_json(path, "/store/incidents.json")
     for index, (label, opener, error) in enumerate(_files(paths)):
         if opener is None:
             result.unreadable.append({"path": label, "error": error})
@@ -161,7 +178,10 @@ def diagnose(
                     result.unreadable.append({"path": label, "error": "binary file, skipped"})
                     continue
                 kind = source_kind(label.rsplit(":", 1)[-1] if ".tar" in label else label)
-                _scan(f, head, label, kind, index, engine, result, progress)
+                if NPU_SMI_HEAD.search(head):  # a saved `npu-smi info`: its table, not lines
+                    _npu_smi(head + f.read(), index, engine, result)
+                else:
+                    _scan(f, head, label, kind, index, engine, result, progress)
                 result.files_read += 1
         except OSError as exc:
             result.unreadable.append({"path": label, "error": exc.strerror or str(exc)})
@@ -185,6 +205,22 @@ def _scan(
         result.lines_read += chunk.data.count(b"\n")
         if progress is not None:
             progress(len(chunk.data))
+
+
+NPU_SMI_HEAD = re.compile(rb"^\| npu-smi \S+\s+Version:", re.M)
+"""The first line of the table ``npu-smi info`` prints."""
+
+
+def _npu_smi(data: bytes, index: int, engine: Engine, result: Diagnosis) -> None:
+    """The sample rules over an ``npu-smi info`` snapshot (a card whose Health is not OK)."""
+    try:
+        samples = samples_from_info(parse_info(data.decode(errors="replace")), 0.0)
+    except CollectorError as exc:
+        result.unreadable.append({"path": f"npu-smi snapshot {index}", "error": str(exc)})
+        return
+    for finding in engine.evaluate(samples):
+        result.hits.append(_Hit(finding, (index, 0), None))
+    result.lines_read += data.count(b"\n")
 
 
 def _timestamp(text: bytes) -> datetime | None:
@@ -229,6 +265,16 @@ def _ordered(hits: list[_Hit]) -> list[_Hit]:
     return sorted(hits, key=key)
 
 
+def _cause_key(causes: dict[tuple[str, str], Any], category: str, subject: str) -> tuple[str, str]:
+    """The cause a root finding belongs to: a line that names no device ("server") is the same
+    fault as one of its category that does, as the doctor's incidents group them (a heartbeat
+    loss the driver reports for npu3 and the runtime reports as 507010 is one root cause)."""
+    for cat, subj in causes:
+        if cat == category and (subj == subject or "server" in (subj, subject)):
+            return cat, subj
+    return category, subject
+
+
 def report(result: Diagnosis, rules: RuleSet) -> dict[str, Any]:
     """The ranked report as the JSON ``diagnose --json`` prints."""
     hits = _ordered(result.hits)
@@ -239,19 +285,27 @@ def report(result: Diagnosis, rules: RuleSet) -> dict[str, Any]:
         f = hit.finding
         evidence = [{"path": e.path, "line": e.line, "text": e.text} for e in f.evidence]
         if f.role == Role.ROOT:
-            key = (f.category.value, f.subject)
+            key = _cause_key(causes, f.category.value, f.subject)
+            head = {
+                "category": f.category.value,
+                "rule": f.rule,
+                "subject": f.subject,
+                "severity": f.severity.label,
+                "summary": f.summary,
+                "explain": f.explain,
+                "count": 0,
+                "evidence": evidence,
+                "suggestions": _suggestions(steps.get(f.rule, ())),
+            }
             if key not in causes:
-                causes[key] = {
-                    "category": f.category.value,
-                    "rule": f.rule,
-                    "subject": f.subject,
-                    "severity": f.severity.label,
-                    "summary": f.summary,
-                    "explain": f.explain,
-                    "count": 0,
-                    "evidence": evidence,
-                    "suggestions": _suggestions(steps.get(f.rule, ())),
-                }
+                causes[key] = head
+            elif key[1] == "server" and f.subject != "server":
+                # the line that names the device (the driver's) leads the cause, in its place
+                old = causes[key]
+                head["count"], head["evidence"] = old["count"], evidence + old["evidence"]
+                causes = {((k[0], f.subject) if k == key else k): (head if k == key else v)
+                          for k, v in causes.items()}  # fmt: skip
+                key = (key[0], f.subject)
             causes[key]["count"] += 1
         else:
             entry = symptoms.setdefault(
@@ -284,6 +338,13 @@ def report(result: Diagnosis, rules: RuleSet) -> dict[str, Any]:
         "lines_read": result.lines_read,
         "unreadable": result.unreadable,
         "profiles": result.profiles,
+        "stored_incidents": [
+            {
+                **{k: i.get(k) for k in ("id", "state", "category", "subject", "summary")},
+                "in_logs": any(c["category"] == i.get("category") for c in causes.values()),
+            }
+            for i in result.incidents
+        ],
     }
 
 

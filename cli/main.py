@@ -293,7 +293,7 @@ def _print_report(rep: dict[str, Any]) -> None:
     )
     if rep["files_read"] == 0:
         click.echo("nothing could be read: no diagnosis")
-    elif not rep["root_causes"] and not rep["symptoms"]:
+    elif not rep["root_causes"] and not rep["symptoms"] and not rep.get("stored_incidents"):
         click.echo("no known failure found")
     if rep["root_causes"]:
         click.echo("\nROOT CAUSES (earliest first)")
@@ -314,6 +314,14 @@ def _print_report(rep: dict[str, Any]) -> None:
         click.echo(
             f"  [{sym['category']}] {sym['summary']} x{sym['count']}"
             f"  ({sym['rule']}, first at {e['path']}:{e['line']})"
+        )
+    if rep.get("stored_incidents"):
+        click.echo("\nINCIDENTS THE DOCTOR RECORDED (from the bundle's store)")
+    for inc in rep.get("stored_incidents", []):
+        seen = "" if inc["in_logs"] else "  (no root cause above: seen in samples or metrics)"
+        click.echo(
+            f"  #{inc['id']} {inc['state']} [{inc['category']}] {inc['subject']}:"
+            f" {inc['summary']}{seen}"
         )
     if rep["timeline"]:
         click.echo("\nTIMELINE")
