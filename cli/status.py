@@ -181,7 +181,7 @@ def _server_line(data: dict[str, Any], utc: bool) -> str:
     server = data["server"]
     if server is None:
         return "never started by the doctor (nothing recorded)"
-    state = server["state"]
+    state = str(server["state"])
     line = state + (f" (pid {server['pid']})" if server.get("pid") else "")
     line += f" since {when(server['since'], utc)}"
     if server.get("reason"):
