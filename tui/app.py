@@ -11,7 +11,6 @@ from typing import ClassVar
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
-from textual.widgets import Input
 
 from ascend_doctor.core.procs import pid_alive
 from ascend_doctor.tui.data import NoDoctor, Source
@@ -40,10 +39,6 @@ class DoctorApp(App[None]):
         Binding("p", "profile", "profile"),
         Binding("r", "next_step", "next step"),
         Binding("o", "overview", "overview", show=False),
-        # a priority key: handled as it arrives, so the box has the focus before the next key
-        # (over SSH a burst "/qa" arrives at once; the screens' own "/" would come too late
-        # and the "q" after it would reach the previous widget, and the quit key)
-        Binding("slash", "open_search", "search", show=False, priority=True),
     ]
 
     def __init__(
@@ -99,17 +94,6 @@ class DoctorApp(App[None]):
         """The help screen."""
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen())
-
-    def action_open_search(self) -> None:
-        """``/``: the screen's search or filter box, focused now; inside a box it is a '/'."""
-        if isinstance(self.focused, Input):
-            self.focused.insert_text_at_cursor("/")
-            return
-        for name in ("action_search", "action_filter"):
-            action = getattr(self.screen, name, None)
-            if callable(action):
-                action()
-                return
 
     # -- requests to the daemon ------------------------------------------------------------------
 
