@@ -176,7 +176,7 @@ class AttachedServer:
             return
         if self.state != ProcessState.RUNNING:
             # say at once that nothing answers; after start_timeout it is down (an incident)
-            if self._silent_since is None:  # the first look after attaching
+            if self._silent_since is None:
                 self._silent_since = self._wall()
                 self._change(ProcessState.STARTING, f"nothing answers at {self.attach.url}")
             elif self._wall() - self._silent_since > self.config.start_timeout:
@@ -265,10 +265,8 @@ class AttachedServer:
 
 def silent_finding(event: ProcessEvent) -> Finding:
     """An attached server that never answered: no text says why, so this is the evidence."""
-    return Finding(
-        "attach-no-answer", Category.SERVER_CRASHED, Severity.CRITICAL, Role.ROOT, "server",
-        event.reason, at=event.at,
-    )  # fmt: skip
+    cat, sev = Category.SERVER_CRASHED, Severity.CRITICAL
+    return Finding("attach-no-answer", cat, sev, Role.ROOT, "server", event.reason, at=event.at)
 
 
 __all__ = ["AttachSpec", "AttachedServer", "process_spec", "silent_finding"]
