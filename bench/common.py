@@ -8,6 +8,7 @@ its findings, waiting until it is past its first pass, and the run around a benc
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 import signal
@@ -109,7 +110,8 @@ def read_findings(state: Path) -> list[dict[str, Any]] | None:
     except StoreError:
         return None
     try:
-        return store.findings()
+        # the store gives typed records; the benchmarks read plain fields (at, evidence text)
+        return [dataclasses.asdict(row.finding) for row in store.findings()]
     except sqlite3.Error:
         return None
     finally:

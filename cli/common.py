@@ -7,13 +7,15 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from ascend_doctor.core.config import Config
-from ascend_doctor.core.config_file import default_state_dir, load_config
 from ascend_doctor.core.errors import DoctorError
-from ascend_doctor.core.store import STORE_NAME, Store
+
+if TYPE_CHECKING:  # the config and the store are imported by the commands that use them
+    from ascend_doctor.core.config import Config
+    from ascend_doctor.core.store import Store
 
 
 def setup_logging(verbose: bool, logfile: Path | None = None) -> None:
@@ -42,6 +44,8 @@ def setup_logging(verbose: bool, logfile: Path | None = None) -> None:
 
 def config_from(path: Path | None) -> Config:
     """The config at ``path`` (defaults when None); a bad file is a one-line error."""
+    from ascend_doctor.core.config_file import load_config
+
     try:
         return load_config(path)
     except DoctorError as exc:
@@ -74,6 +78,8 @@ def group_option(name: str, value: object) -> object:
 def resolve_state_dir(value: Path | None) -> Path:
     """The state dir given (here or on the enclosing group), else the default one, absolute
     so that what the doctor prints can be pasted from any directory."""
+    from ascend_doctor.core.config_file import default_state_dir
+
     given = group_option("state_dir", value)
     chosen = given if isinstance(given, Path) else default_state_dir()
     return chosen.absolute()
@@ -111,6 +117,8 @@ def usable_state_dir(d: Path) -> Path:
 
 def open_store(state_dir: Path | None, *, write: bool = False) -> Store:
     """The store of a state dir for a CLI command; a one-line error when there is none."""
+    from ascend_doctor.core.store import STORE_NAME, Store
+
     d = resolve_state_dir(state_dir)
     if not (d / STORE_NAME).exists():
         raise InputError(f"{d / STORE_NAME}: no store here (has the doctor run?)")

@@ -18,6 +18,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
+from ascend_doctor.cli import parallel
+from ascend_doctor.cli.parallel import as_is, paused_gc, regular_pieces, scan_pieces
 from ascend_doctor.collectors.logs import read_chunks, source_kind
 from ascend_doctor.collectors.npu_smi_format import parse_info, samples_from_info
 from ascend_doctor.core.errors import CollectorError, StoreError
@@ -158,9 +160,14 @@ def _opener(path: Path) -> Callable[[], IO[bytes]]:
 
 
 def diagnose(
-    paths: list[Path], rules: RuleSet, *, progress: Callable[[int], None] | None = None
+    paths: list[Path],
+    rules: RuleSet,
+    *,
+    progress: Callable[[int], None] | None = None,
+    jobs: int = 1,
 ) -> Diagnosis:
-    """Scan everything under ``paths``; unreadable files are listed, never fatal."""
+    """Scan everything under ``paths``; unreadable files are listed, never fatal. A file of
+    more than one chunk is scanned by ``jobs`` worker processes (same findings)."""
     engine = Engine(rules, clock=lambda: 0.0)
     result = Diagnosis()
     for path in paths:
@@ -180,6 +187,21 @@ def diagnose(
                 kind = source_kind(label.rsplit(":", 1)[-1] if ".tar" in label else label)
                 if NPU_SMI_HEAD.search(head):  # a saved `npu-smi info`: its table, not lines
                     _npu_smi(head + f.read(), index, engine, result)
+                    result.files_read += 1
+                    continue
+                parts = (
+                    regular_pieces(f, already_read=len(head), block=parallel.BLOCK)
+                    if jobs > 1
+                    else []
+                )
+                if len(parts) > 1:
+                    for size, newlines, found in scan_pieces(
+                        engine, label, label, kind, parts, jobs, as_is
+                    ):
+                        _add(result, found, index)
+                        result.lines_read += newlines
+                        if progress is not None:
+                            progress(size)
                 else:
                     _scan(f, head, label, kind, index, engine, result, progress)
                 result.files_read += 1
@@ -198,13 +220,18 @@ def _scan(
     result: Diagnosis,
     progress: Callable[[int], None] | None,
 ) -> None:
-    for chunk in read_chunks(f, label, kind, already_read=head):
-        for finding in engine.scan(chunk):
-            text = finding.evidence[0].text.encode() if finding.evidence else b""
-            result.hits.append(_Hit(finding, (index, finding.offset), _timestamp(text)))
+    for chunk in read_chunks(f, label, kind, already_read=head, block=parallel.BLOCK):
+        with paused_gc():
+            _add(result, engine.scan(chunk), index)
         result.lines_read += chunk.data.count(b"\n")
         if progress is not None:
             progress(len(chunk.data))
+
+
+def _add(result: Diagnosis, findings: list[Finding], index: int) -> None:
+    for finding in findings:
+        text = finding.evidence[0].text.encode() if finding.evidence else b""
+        result.hits.append(_Hit(finding, (index, finding.offset), _timestamp(text)))
 
 
 NPU_SMI_HEAD = re.compile(rb"^\| npu-smi \S+\s+Version:", re.M)

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
+import importlib
 import json
 import logging
 import shutil
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from ascend_doctor import __version__
 from ascend_doctor.cli.common import (
     config_from,
     config_option,
@@ -23,15 +22,54 @@ from ascend_doctor.cli.common import (
     state_dir_option,
     usable_state_dir,
 )
-from ascend_doctor.cli.views import incident_dicts, plural, when
-from ascend_doctor.core.config import Config
 from ascend_doctor.core.errors import DoctorError
+
+if TYPE_CHECKING:
+    from ascend_doctor.core.config import Config
 
 log = logging.getLogger("ascend_doctor")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="ascend-doctor")
+class LazyGroup(click.Group):
+    """A group whose commands are imported when one is run (or the list is shown): a command
+    loads what it uses and nothing else (``--version`` no telemetry, ``status`` no httpx)."""
+
+    def __init__(self, *args: Any, lazy: dict[str, str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy: dict[str, str] = dict(lazy or {})
+        """Command name -> ``module:attribute`` of the click command."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.lazy and cmd_name not in self.commands:
+            module, attr = self.lazy[cmd_name].split(":")
+            self.add_command(getattr(importlib.import_module(module), attr), cmd_name)
+        cmd = super().get_command(ctx, cmd_name)
+        if cmd is not None and cmd_name in SHORT_HELP:  # a whole sentence in the list
+            cmd.short_help = SHORT_HELP[cmd_name]
+        return cmd
+
+
+def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    from ascend_doctor import __version__
+
+    click.echo(f"ascend-doctor, version {__version__}")
+    ctx.exit()
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_version,
+    help="Show the version and exit.",
+)
 def main() -> None:
     """Diagnose and remediate vLLM-Ascend servers on Huawei Ascend NPUs."""
 
@@ -118,6 +156,8 @@ def _with_remediation(config: Config, **changes: Any) -> Config:
 
 def run_watch(config: Config, state_dir: Path, spec: Any, *, attach: Any = None) -> int:
     """Run the daemon until SIGINT/SIGTERM; the server is stopped cleanly on the way out."""
+    import asyncio
+
     from ascend_doctor.agent.daemon import Daemon
     from ascend_doctor.rules import load_rules
 
@@ -184,7 +224,7 @@ def demo(
     sys.exit(0 if ok else 1)
 
 
-@main.group(invoke_without_command=True)
+@main.group(cls=LazyGroup, invoke_without_command=True)
 @state_dir_option
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per incident per line.")
 @click.option("--utc", is_flag=True, help="Times in UTC instead of local time.")
@@ -200,6 +240,8 @@ def incidents(ctx: click.Context, state_dir: Path | None, as_json: bool, utc: bo
                 f"--json lists incidents; it does not go with {ctx.invoked_subcommand}"
             )
         return
+    from ascend_doctor.cli.views import incident_dicts, when
+
     store = open_store(state_dir)
     rows = incident_dicts(store)
     store.close()
@@ -232,31 +274,49 @@ def incidents(ctx: click.Context, state_dir: Path | None, as_json: bool, utc: bo
     type=click.Path(file_okay=False, path_type=Path),
     help="Site rules directory on top of the builtin packs (repeatable).",
 )
+@click.option(
+    "--jobs",
+    "-j",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Worker processes for files of more than one chunk (4 MiB); default: every core.",
+)
 def diagnose(
-    paths: tuple[Path, ...], as_json: bool, exit_code: bool, rule_dirs: tuple[Path, ...]
+    paths: tuple[Path, ...],
+    as_json: bool,
+    exit_code: bool,
+    rule_dirs: tuple[Path, ...],
+    jobs: int | None,
 ) -> None:
     """Offline root-cause analysis of log files (- for stdin), plog/slog trees or a bundle.
 
     Exit status: 2 when a path named here cannot be read or is not text (the others are
     still read), 1 with --exit-code when a failure is found, else 0 (as ``rules scan``).
     """
+    import gc
+
     from ascend_doctor.cli.diagnose import diagnose as run_diagnose
     from ascend_doctor.cli.diagnose import report
+    from ascend_doctor.cli.parallel import default_jobs
     from ascend_doctor.rules import load_rules
 
     try:
         rules = load_rules(list(rule_dirs))
     except DoctorError as exc:
         raise click.ClickException(str(exc)) from None
+    gc.freeze()  # the packs live as long as the scan: the collector need not walk them
+    jobs = jobs or default_jobs()
     total = sum(_size(p) for p in paths)
     if sys.stderr.isatty() and not as_json:
         from rich.progress import Progress
 
         with Progress(transient=True) as bar:
             task = bar.add_task("scanning", total=total or None)
-            result = run_diagnose(list(paths), rules, progress=lambda n: bar.advance(task, n))
+            result = run_diagnose(
+                list(paths), rules, progress=lambda n: bar.advance(task, n), jobs=jobs
+            )
     else:
-        result = run_diagnose(list(paths), rules)
+        result = run_diagnose(list(paths), rules, jobs=jobs)
     rep = report(result, rules)
     named = {str(p) for p in paths}
     unusable = result.files_read == 0 or any(u["path"] in named for u in rep["unreadable"])
@@ -284,6 +344,8 @@ def _size(path: Path) -> int:
 
 
 def _print_report(rep: dict[str, Any]) -> None:
+    from ascend_doctor.cli.views import plural
+
     for u in rep["unreadable"]:  # first: a report on nothing must not read as all clear
         click.echo(f"unreadable: {u['path']}: {u['error']}", err=True)
     click.echo(
@@ -336,31 +398,29 @@ def _print_report(rep: dict[str, Any]) -> None:
 
 
 def _register() -> None:
-    from ascend_doctor.cli.alerts import alerts_group, silence_group
-    from ascend_doctor.cli.bundle import bundle
-    from ascend_doctor.cli.check import check
-    from ascend_doctor.cli.profile import profile
-    from ascend_doctor.cli.rules import findings, rules_group
-    from ascend_doctor.cli.state import ack, overrides_group
-    from ascend_doctor.cli.status import status
-    from ascend_doctor.cli.traces import show, traces_group
-    from ascend_doctor.cli.tui import tui
-
-    main.add_command(rules_group)
-    main.add_command(findings)
-    main.add_command(check)
-    main.add_command(bundle)
-    main.add_command(profile)
-    main.add_command(status)
-    main.add_command(overrides_group)
-    incidents.add_command(ack)
-    main.add_command(alerts_group)
-    main.add_command(silence_group)
-    incidents.add_command(show)  # incidents show ID: the span waterfall (issue 7)
-    main.add_command(traces_group)
-    main.add_command(tui)
-    for name, text in SHORT_HELP.items():
-        main.commands[name].short_help = text
+    """Every command beside those above, by module: imported only when it is used."""
+    assert isinstance(main, LazyGroup) and isinstance(incidents, LazyGroup)
+    main.lazy.update(
+        {
+            "rules": "ascend_doctor.cli.rules:rules_group",
+            "findings": "ascend_doctor.cli.rules:findings",
+            "check": "ascend_doctor.cli.check:check",
+            "bundle": "ascend_doctor.cli.bundle:bundle",
+            "profile": "ascend_doctor.cli.profile:profile",
+            "status": "ascend_doctor.cli.status:status",
+            "overrides": "ascend_doctor.cli.state:overrides_group",
+            "alerts": "ascend_doctor.cli.alerts:alerts_group",
+            "silence": "ascend_doctor.cli.alerts:silence_group",
+            "traces": "ascend_doctor.cli.traces:traces_group",
+            "tui": "ascend_doctor.cli.tui:tui",
+        }
+    )
+    incidents.lazy.update(
+        {
+            "ack": "ascend_doctor.cli.state:ack",
+            "show": "ascend_doctor.cli.traces:show",  # incidents show ID: the span waterfall
+        }
+    )
 
 
 SHORT_HELP = {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from pathlib import Path
@@ -89,27 +90,43 @@ def test(dirs: tuple[Path, ...]) -> None:
     click.echo(f"{len(rules.text)} rules, every example passes ({paths})")
 
 
+jobs_option = click.option(
+    "--jobs",
+    "-j",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Worker processes for files of more than one chunk (4 MiB); default: every core.",
+)
+
+
 @rules_group.command("scan")
 @click.argument("files", nargs=-1, required=True)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per finding per line.")
 @click.option("--source", default=None, help="Stream kind of the input (default: from the path).")
 @click.option("--exit-code", is_flag=True, help="Exit with 1 when anything is found.")
 @rules_dir_option
+@jobs_option
 def scan(
     files: tuple[str, ...],
     as_json: bool,
     source: str | None,
     exit_code: bool,
     rule_dirs: tuple[Path, ...],
+    jobs: int | None,
 ) -> None:
     """Scan FILES (- for stdin) offline and print every finding.
 
     Exit status: 2 when a file cannot be read or is not text (the others are still scanned),
     1 with --exit-code when something was found, else 0 (as ``diagnose``).
     """
+    import gc
+
+    from ascend_doctor.cli import parallel
     from ascend_doctor.collectors.logs import read_chunks, source_kind
 
     engine = Engine(_load(rule_dirs), clock=lambda: 0.0)
+    gc.freeze()  # the packs live as long as the scan: the collector need not walk them
+    jobs = jobs or parallel.default_jobs()
     found = 0
     unusable = 0
     for name in files:
@@ -126,10 +143,23 @@ def scan(
                 click.echo(f"{name}: binary file, not a log: skipped", err=True)
                 unusable += 1
                 continue
-            for chunk in read_chunks(stream, name, kind, already_read=head):
-                for finding in engine.scan(chunk):
-                    found += 1
-                    _print_finding(finding, as_json)
+            parts = (
+                parallel.regular_pieces(stream, already_read=len(head))
+                if jobs > 1 and name != "-"
+                else []
+            )
+            if len(parts) > 1:
+                render = functools.partial(_finding_line, as_json=as_json)
+                for _, _, lines in parallel.scan_pieces(
+                    engine, name, name, kind, parts, jobs, render
+                ):
+                    found += _print_lines(lines)
+                continue
+            chunks = read_chunks(stream, name, kind, already_read=head, block=parallel.BLOCK)
+            for chunk in chunks:
+                with parallel.paused_gc():
+                    findings = engine.scan(chunk)
+                found += _print_lines([_finding_line(f, as_json) for f in findings])
     if not as_json:
         click.echo(plural(found, "finding"), err=True)
     if unusable:
@@ -138,7 +168,14 @@ def scan(
         sys.exit(1)
 
 
-def _print_finding(f: Any, as_json: bool) -> None:
+def _print_lines(lines: list[str]) -> int:
+    """Print a chunk's findings in one write, one line each."""
+    if lines:
+        click.echo("\n".join(lines))
+    return len(lines)
+
+
+def _finding_line(f: Any, as_json: bool) -> str:
     first = f.evidence[0] if f.evidence else None
     row = {
         "rule": f.rule,
@@ -150,9 +187,8 @@ def _print_finding(f: Any, as_json: bool) -> None:
         "captures": f.captures,
     }
     if as_json:
-        click.echo(json.dumps(row))
-    else:
-        click.echo(f"{row['path']}:{row['line']}: [{row['category']}] {f.summary}")
+        return json.dumps(row)
+    return f"{row['path']}:{row['line']}: [{row['category']}] {f.summary}"
 
 
 @click.command("findings")

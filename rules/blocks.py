@@ -15,6 +15,7 @@ import dataclasses
 import re
 
 from ascend_doctor.core.events import Finding, LogChunk, LogLine
+from ascend_doctor.rules.lines import Lines
 
 MAX_BLOCK_LINES = 60
 
@@ -69,15 +70,18 @@ def block_around(data: bytes, start: int) -> tuple[int, int] | None:
 
 
 def merge_blocks(
-    data: bytes, chunk: LogChunk, found: list[tuple[int, Finding, tuple[object, ...]]]
+    data: bytes,
+    chunk: LogChunk,
+    found: list[tuple[int, Finding, tuple[object, ...]]],
+    lines: Lines,
 ) -> list[tuple[Finding, int, int]]:
     """Merge findings whose lines lie in one CANN block; others pass unchanged.
 
     ``found`` is (line start, finding, priority) in line order, one per line; a block keeps
     its best finding (lowest priority: root before symptom, a specific code or phrase before
     a generic code, worse severity first) with every line of the block as evidence. Returns
-    (finding, first byte, end byte) of what each finding covers. Line numbers are left 0:
-    the engine numbers every evidence line in one pass.
+    (finding, first byte, end byte) of what each finding covers; ``lines`` cuts and numbers the
+    lines of a block's evidence.
     """
     out: list[tuple[Finding, int, int]] = []
     block: tuple[int, int] | None = None
@@ -97,9 +101,8 @@ def merge_blocks(
             best = next(
                 (f for _, f, k in ranked if f.category == best.category and k[3] == 0), best
             )
-            out.append(
-                (dataclasses.replace(best, evidence=_evidence(data, chunk, block, best)), *block)
-            )
+            evidence = _evidence(data, chunk, block, best, lines)
+            out.append((dataclasses.replace(best, evidence=evidence), *block))
         members.clear()
 
     for start, finding, key in found:
@@ -118,18 +121,19 @@ def _multi_line(data: bytes, block: tuple[int, int]) -> bool:
 
 
 def _evidence(
-    data: bytes, chunk: LogChunk, block: tuple[int, int], best: Finding
+    data: bytes, chunk: LogChunk, block: tuple[int, int], best: Finding, lines: Lines
 ) -> tuple[LogLine, ...]:
-    lines: list[LogLine] = []
     pos = block[0]
+    number = lines.number(pos)
+    step = 1 if number else 0
+    out: list[LogLine] = []
     while pos <= block[1]:
         end = data.find(b"\n", pos)
-        end = len(data) if end < 0 else end
-        text = data[pos:end].decode("utf-8", "replace").rstrip("\r")
-        lines.append(LogLine(chunk.path, chunk.offset + pos, text, 0))
-        pos = end + 1
-    matched = [ln for ln in lines if ln.offset == best.offset]
-    return tuple(matched + [ln for ln in lines if ln.offset != best.offset])
+        out.append(lines.at(pos, number))
+        number += step
+        pos = (len(data) if end < 0 else end) + 1
+    matched = [ln for ln in out if ln.offset == best.offset]
+    return tuple(matched + [ln for ln in out if ln.offset != best.offset])
 
 
 __all__ = ["MAX_BLOCK_LINES", "block_around", "merge_blocks"]

@@ -21,6 +21,7 @@ import yaml
 
 from ascend_doctor.core.errors import RuleError
 from ascend_doctor.core.events import Category, PlannedAction, Role, Severity
+from ascend_doctor.rules.yamlload import load_yaml
 
 KINDS = ("acl", "runtime_reason", "cann", "hccl", "device_fault", "dcmi")
 """The kinds of catalogue; a file's ``kind`` names one."""
@@ -118,19 +119,6 @@ class Catalogues:
         return sum(len(v) for v in self.by_kind.values())
 
 
-class _LineLoader(yaml.SafeLoader):
-    """Remembers each mapping's line as ``__line__``."""
-
-
-def _mapping(loader: _LineLoader, node: yaml.MappingNode) -> dict[str, Any]:
-    out: dict[str, Any] = dict(loader.construct_mapping(node, deep=True))  # type: ignore[arg-type]
-    out["__line__"] = node.start_mark.line + 1
-    return out
-
-
-_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
-
-
 def builtin_catalogue_dir() -> Path:
     """The catalogues shipped with the doctor."""
     return Path(str(resources.files("ascend_doctor.rules") / "catalogues"))
@@ -173,7 +161,7 @@ def _builtin() -> Catalogues:
 
 def _load_file(path: Path, cats: Catalogues, problems: list[str]) -> None:
     try:
-        doc = yaml.load(path.read_text(encoding="utf-8"), Loader=_LineLoader)
+        doc = load_yaml(path)
     except (OSError, yaml.YAMLError) as exc:
         problems.append(f"{path}: cannot load catalogue: {exc}")
         return

@@ -28,9 +28,9 @@ from ascend_doctor.rules.findings import (
     context_evidence,
     end_of,
     kept,
-    numbered,
     unexplained,
 )
+from ascend_doctor.rules.lines import Lines
 from ascend_doctor.rules.loader import QUIET_WINDOW, Rule, RuleSet, ThresholdRule
 from ascend_doctor.rules.matcher import make_prefilter
 from ascend_doctor.rules.parse import is_request_log
@@ -63,7 +63,10 @@ def fill(template: str, values: dict[str, Any]) -> str:
         names = _NAME.findall(m.group(1))
         return m.group(1) if all(values.get(n) not in (None, "") for n in names) else ""
 
-    template = _OPTIONAL.sub(optional, template)
+    if "[[" in template:
+        template = _OPTIONAL.sub(optional, template)
+    elif "{" not in template:
+        return template
     try:
         return template.format_map(_Blank({k: _text(v) for k, v in values.items()}))
     except (ValueError, IndexError):
@@ -76,6 +79,8 @@ def _text(value: Any) -> str:
         return str(int(value))
     return str(value)
 
+
+_START = operator.itemgetter(1)
 
 MAX_LINE = 32768
 """The confirming regex of a rule looks at most this many bytes of a line."""
@@ -119,7 +124,8 @@ class Engine:
         if catalogues is None:
             catalogues = load_catalogues(list(rules.catalogue_dirs))
         self._codes = CodeIndex(catalogues)
-        self._templates = Templates() if unrecognised else None
+        self.templates: Templates | None = Templates() if unrecognised else None
+        """Mines the templates of unrecognised errors, learning in scan order (None: off)."""
         self._firing: set[tuple[str, str]] = set()
         self._since: dict[tuple[str, str], float] = {}
         self.lines_scanned = 0
@@ -133,7 +139,8 @@ class Engine:
         ``unrecognised`` finding. Request-log lines are never evidence.
         """
         data = chunk.data
-        self.lines_scanned += data.count(b"\n")
+        lines = Lines(chunk)
+        self.lines_scanned += lines.total()  # the one walk: it also indexes line numbers
         hits: dict[int, list[tuple[tuple[object, ...], Finding]]] = {}
         request_log: dict[int, bool] = {}
 
@@ -151,7 +158,8 @@ class Engine:
         quiet: set[int] = set()
         if prefilter is not None:
             rules = self._by_source.get(chunk.source, [])
-            for index, start in prefilter.candidates(data):
+            # in file order: line numbers are counted forward from the last one
+            for index, start in sorted(prefilter.candidates(data), key=_START):
                 if index >= len(rules):
                     (code_lines if index == len(rules) else unit_lines).append(start)
                     continue
@@ -166,7 +174,7 @@ class Engine:
                     quiet.add(start)  # expected here: no finding, no unrecognised error
                     continue
                 key = (rule.role != Role.ROOT, rule.generic, -rule.severity, 0, index)
-                keep(start, key, self._finding(rule, chunk, m.groupdict(), start))
+                keep(start, key, self._finding(rule, chunk, m.groupdict(), start, lines))
         coded_errors: set[int] = set()
         for line_start in sorted(set(code_lines)) if chunk.source in CODE_SOURCES else ():
             for hit in self._codes.scan(data, line_start, end_of(data, line_start)):
@@ -179,33 +187,40 @@ class Engine:
                     coded_errors.add(start)
                     continue
                 key = (entry.role != Role.ROOT, entry.generic, -entry.severity, 1, 0)
-                evidence = context_evidence(chunk, start, self.context_before, self.context_after)
+                evidence = context_evidence(
+                    chunk, start, self.context_before, self.context_after, lines
+                )
                 keep(start, key, code_finding(hit, chunk, start, self._clock, evidence))
         found = [
             (start, finding, key)
             for start, line_hits in sorted(hits.items())
             for key, finding in kept(line_hits)
         ]
-        merged = merge_blocks(data, chunk, found)
+        merged = merge_blocks(data, chunk, found, lines)
         findings = [f for f, _, _ in merged]
-        if self._templates is not None and chunk.source in UNIT_SOURCES:
+        if self.templates is not None and chunk.source in UNIT_SOURCES:
             extra = unexplained(
                 chunk,
                 merged,
-                self._templates,
+                self.templates,
                 self._clock,
                 self.context_after,
+                lines,
                 sorted(set(unit_lines)),
                 frozenset(coded_errors),
                 frozenset(quiet),
             )
             findings = sorted(findings + extra, key=lambda f: f.offset)
-        findings = numbered(chunk, findings)
         self.matches += len(findings)
         return findings
 
     def _finding(
-        self, rule: Rule, chunk: LogChunk, groups: dict[str, bytes | None], start: int
+        self,
+        rule: Rule,
+        chunk: LogChunk,
+        groups: dict[str, bytes | None],
+        start: int,
+        lines: Lines,
     ) -> Finding:
         captures = {k: v.decode("utf-8", "replace") for k, v in groups.items() if v is not None}
         return Finding(
@@ -217,7 +232,7 @@ class Engine:
             summary=fill(rule.summary, captures),
             at=self._clock(),
             captures=captures,
-            evidence=context_evidence(chunk, start, self.context_before, self.context_after),
+            evidence=context_evidence(chunk, start, self.context_before, self.context_after, lines),
             path=chunk.path,
             offset=chunk.offset + start,
             file_id=chunk.file_id or chunk.path,

@@ -1,4 +1,4 @@
-"""Building findings: evidence lines, code findings, unrecognised units, line numbers.
+"""Building findings: evidence lines and their numbers, code findings, unrecognised units.
 
 Helpers of the engine; pure functions over a chunk's bytes.
 """
@@ -6,12 +6,12 @@ Helpers of the engine; pure functions over a chunk's bytes.
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import re
 from collections.abc import Callable
 
 from ascend_doctor.core.events import Category, Finding, LogChunk, LogLine, Role, Severity
 from ascend_doctor.rules.codes import CodeHit, device_of
+from ascend_doctor.rules.lines import Lines
 from ascend_doctor.rules.parse import parse
 from ascend_doctor.rules.unrecognised import Templates, Unit, error_units
 
@@ -26,6 +26,8 @@ def kept(
     """What a line keeps: every rule match; a code only where no rule of its category
     matched (the rule's summary carries the captures), one per category; a generic match
     only where nothing specific did."""
+    if len(line_hits) == 1:
+        return line_hits  # one match: kept (the common case in a failure-dense log)
     ordered = sorted(line_hits, key=lambda h: h[0])
     specific = any(not key[1] for key, _ in ordered)
     categories = {f.category for key, f in ordered if key[3] == 0 and not (key[1] and specific)}
@@ -69,62 +71,27 @@ def after_lines(data: bytes, start: int, n: int) -> int:
     return pos
 
 
-def line_at(chunk: LogChunk, start: int) -> LogLine:
-    """The line at ``start``, its number left 0 for ``_numbered``."""
-    raw = chunk.data[start : end_of(chunk.data, start)]
-    return LogLine(
-        path=chunk.path,
-        offset=chunk.offset + start,
-        text=raw.decode("utf-8", "replace").rstrip("\r"),
-        line=0,
-    )
-
-
-def numbered(chunk: LogChunk, findings: list[Finding]) -> list[Finding]:
-    """Number every evidence line in one pass over the chunk: the newlines are counted
-    between consecutive offsets in sorted order, so the cost stays linear in bytes however
-    many lines are evidence."""
-    if not chunk.first_line or not findings:
-        return findings
-    offsets = sorted({e.offset - chunk.offset for f in findings for e in f.evidence})
-    numbers: dict[int, int] = {}
-    line, pos = chunk.first_line, 0
-    for off in offsets:
-        line += chunk.data.count(b"\n", pos, off)
-        pos = off
-        numbers[off] = line
-    return [
-        dataclasses.replace(
-            f,
-            evidence=tuple(
-                dataclasses.replace(e, line=numbers[e.offset - chunk.offset]) for e in f.evidence
-            ),
-        )
-        for f in findings
-    ]
-
-
 def context_evidence(
-    chunk: LogChunk, start: int, before_n: int, after_n: int
+    chunk: LogChunk, start: int, before_n: int, after_n: int, lines: Lines
 ) -> tuple[LogLine, ...]:
     """The line at ``start`` first, then ``before_n`` lines before and ``after_n`` after."""
     data = chunk.data
-    evidence = [line_at(chunk, start)]
-    pos = end_of(data, start) + 1
-    for _ in range(after_n):
-        if pos <= 0 or pos >= len(data):
-            break
-        evidence.append(line_at(chunk, pos))
-        pos = end_of(data, pos) + 1
+    size = len(data)
+    at, cut = lines.at, lines.cut  # most lines were cut already (a neighbour's context)
+    number = lines.number(start)
+    step = 1 if number else 0
+    after: list[LogLine] = []
+    pos = data.find(b"\n", start) + 1
+    while len(after) < after_n and 0 < pos < size:
+        after.append(cut.get(pos) or at(pos, number + (len(after) + 1) * step))
+        pos = data.find(b"\n", pos) + 1
     before: list[LogLine] = []
     pos = start
-    for _ in range(before_n):
-        if pos <= 0:
-            break
-        prev = data.rfind(b"\n", 0, pos - 1) + 1
-        before.insert(0, line_at(chunk, prev))
-        pos = prev
-    return (evidence[0], *before, *evidence[1:])
+    while len(before) < before_n and pos > 0:
+        pos = data.rfind(b"\n", 0, pos - 1) + 1
+        before.append(cut.get(pos) or at(pos, number - (len(before) + 1) * step))
+    before.reverse()
+    return (cut.get(start) or at(start, number), *before, *after)
 
 
 def unexplained(
@@ -133,6 +100,7 @@ def unexplained(
     templates: Templates,
     clock: Callable[[], float],
     after_n: int,
+    lines: Lines,
     candidates: list[int] | None = None,
     forced: frozenset[int] = frozenset(),
     quiet: frozenset[int] = frozenset(),
@@ -157,7 +125,8 @@ def unexplained(
         # a unit is explained by a finding inside it or right after it, up to the next
         # unit (an exception's message and CANN block follow its exception line)
         stop = units[i + 1].first if i + 1 < len(units) else len(data)
-        stop = min(stop, after_lines(data, unit.last, 30))
+        if data.count(b"\n", unit.last, stop) >= 30:  # counted in C, walked only when far
+            stop = after_lines(data, unit.last, 30)
         j = bisect.bisect_left(starts, unit.first)
         if j < len(starts) and starts[j] < max(stop, unit.last + 1):
             continue
@@ -165,26 +134,34 @@ def unexplained(
             continue  # inside a block a finding already holds
         if not unit.severe and j > 0 and covered[j - 1][1] >= before_lines(data, unit.first, 3):
             continue  # a wrapper line right after an explained error ("ERR00100 ...")
-        out.append(unit_finding(chunk, unit, templates, clock, after_n))
+        out.append(unit_finding(chunk, unit, templates, clock, after_n, lines))
     return out
 
 
 def unit_finding(
-    chunk: LogChunk, unit: Unit, templates: Templates, clock: Callable[[], float], after_n: int
+    chunk: LogChunk,
+    unit: Unit,
+    templates: Templates,
+    clock: Callable[[], float],
+    after_n: int,
+    lines: Lines,
 ) -> Finding:
     """One error unit as an ``unrecognised`` finding; its summary is its template."""
     data = chunk.data
     line = data[unit.key_line : end_of(data, unit.key_line)]
     text = line[parse(line).message :].decode("utf-8", "replace").strip()
     template, template_id = templates.template(text)
-    evidence = [line_at(chunk, unit.key_line)]
+    first = lines.number(unit.first) if unit.first != unit.key_line else 0
+    number = lines.number(unit.key_line)
+    step = 1 if number else 0
+    evidence = [lines.at(unit.key_line, number)]
     if unit.first != unit.key_line:
-        evidence.append(line_at(chunk, unit.first))
+        evidence.append(lines.at(unit.first, first))
     pos = end_of(data, unit.key_line) + 1
-    for _ in range(after_n):
+    for k in range(1, after_n + 1):
         if pos >= len(data):
             break
-        evidence.append(line_at(chunk, pos))
+        evidence.append(lines.at(pos, number + k * step))
         pos = end_of(data, pos) + 1
     return Finding(
         rule="unrecognised",
@@ -252,14 +229,13 @@ def code_finding(
 
 
 __all__ = [
+    "Lines",
     "after_lines",
     "before_lines",
     "code_finding",
     "context_evidence",
     "end_of",
     "kept",
-    "line_at",
-    "numbered",
     "unexplained",
     "unit_finding",
 ]

@@ -12,6 +12,7 @@ import yaml
 
 from ascend_doctor.core.errors import ConfigError, RuleError
 from ascend_doctor.core.events import Category, PlannedAction, Role, Severity
+from ascend_doctor.rules.yamlload import load_yaml
 
 SOURCES = ("server", "plog", "device", "slog", "host")
 """Log streams a text rule may read."""
@@ -113,19 +114,6 @@ class RuleSet:
     """Site code catalogues (a ``catalogues/`` folder in a site rules directory)."""
 
 
-class _LineLoader(yaml.SafeLoader):
-    """A SafeLoader that remembers each mapping's first line as ``__line__``."""
-
-
-def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> dict[str, Any]:
-    mapping: dict[str, Any] = dict(loader.construct_mapping(node, deep=True))  # type: ignore[arg-type]
-    mapping["__line__"] = node.start_mark.line + 1
-    return mapping
-
-
-_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-
-
 def builtin_pack_dir() -> Path:
     """The packs shipped with the doctor."""
     return Path(str(resources.files("ascend_doctor.rules") / "packs"))
@@ -161,7 +149,7 @@ def _load_file(
     site: bool,
 ) -> None:
     try:
-        doc = yaml.load(path.read_text(encoding="utf-8"), Loader=_LineLoader)
+        doc = load_yaml(path)
     except (OSError, yaml.YAMLError) as exc:
         raise RuleError(f"{path}: cannot load rules: {exc}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("rules", []), list):

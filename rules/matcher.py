@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import re
+import re._parser as re_parser  # type: ignore[import-not-found]  # no stub; sre_parse warns
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -36,6 +37,77 @@ class Prefilter(Protocol):
 def hyperscan_pattern(pattern: str) -> bytes:
     """The pattern as hyperscan reads it: named groups become plain groups."""
     return _NAMED_GROUP.sub("(", pattern).encode("utf-8")
+
+
+_PREFIXES = "prefix-1"
+"""Names how :func:`prefix_pattern` cuts: part of the cache key of compiled databases."""
+_QUANTIFIER = re.compile(r"(?:[*+?]|\{\d*(?:,\d*)?\})[?+]?")
+
+
+def _atom_end(p: str, i: int) -> int | None:
+    """Where the atom starting at ``p[i]`` ends; None at a top-level ``|`` or ``)``."""
+    c = p[i]
+    if c in "|)":
+        return None
+    if c == "\\":
+        return i + 2
+    if c == "[":
+        j = i + 1
+        if j < len(p) and p[j] == "^":
+            j += 1
+        if j < len(p) and p[j] == "]":
+            j += 1
+        while j < len(p) and p[j] != "]":
+            j += 2 if p[j] == "\\" else 1
+        return j + 1
+    if c == "(":
+        depth, j = 0, i
+        while j < len(p):
+            if p[j] == "\\":
+                j += 2
+                continue
+            if p[j] == "[":
+                j = _atom_end(p, j) or len(p)
+                continue
+            depth += {"(": 1, ")": -1}.get(p[j], 0)
+            j += 1
+            if depth == 0:
+                return j
+        return None
+    return i + 1
+
+
+def prefix_pattern(pattern: str) -> str:
+    """The pattern cut after its last top-level item of fixed, non-zero width.
+
+    A line the pattern matches holds a match of every prefix of its top-level sequence, so
+    the prefix proposes every line the pattern would (the rule's own regex then confirms
+    each one), but a trailing ``(?P<detail>[^\\n]{0,160})`` no longer reports a match at
+    every byte it could end at. A pattern with a top-level ``|`` or that does not read as
+    expected, or whose cut part holds an end anchor, is returned whole.
+    """
+    items: list[str] = []
+    i = 0
+    while i < len(pattern):
+        end = _atom_end(pattern, i)
+        if end is None or end > len(pattern):
+            return pattern
+        q = _QUANTIFIER.match(pattern, end)
+        end = q.end() if q else end
+        items.append(pattern[i:end])
+        i = end
+    keep = 0
+    for n, item in enumerate(items):
+        try:
+            low, high = re_parser.parse(item).getwidth()
+        except (re.error, OverflowError):
+            return pattern  # an item cut wrongly (a group reference, a flag): no relaxation
+        if low == high and low > 0:
+            keep = n + 1
+    tail = "".join(items[keep:])
+    if not keep or "$" in tail or "\\Z" in tail:
+        return pattern  # hyperscan reads an end anchor at the end of the chunk, not the line
+    return "".join(items[:keep])
 
 
 def hyperscan_error(pattern: str) -> str | None:
@@ -83,7 +155,12 @@ class RePrefilter:
 
 
 class HyperscanPrefilter:
-    """One hyperscan database of every rule of a source; one scan per chunk."""
+    """One hyperscan database of every rule of a source; one scan per chunk.
+
+    The database holds each pattern's :func:`prefix_pattern` (a rule ending in a capture
+    such as ``(?P<detail>[^\\n]{0,160})`` would otherwise call back once per byte of it);
+    it is compiled once per pattern list and kept in the cache (:mod:`core.cache`).
+    """
 
     name = "hyperscan"
 
@@ -95,30 +172,71 @@ class HyperscanPrefilter:
         patterns = [r.pattern for r in self.rules] + list(extras)
         if not patterns:
             return
-        db = hyperscan.Database()
-        db.compile(
-            expressions=[hyperscan_pattern(p) for p in patterns],
-            ids=list(range(len(patterns))),
-            elements=len(patterns),
-            flags=[0] * len(patterns),
-        )
-        self._db = db
-        self._scratch = hyperscan.Scratch(db)
+        self._db = _database(patterns)
+        self._scratch = hyperscan.Scratch(self._db)
 
     def candidates(self, data: bytes) -> list[tuple[int, int]]:
         if self._db is None:
             return []
-        seen: set[tuple[int, int]] = set()
         out: list[tuple[int, int]] = []
+        # per pattern, the end (one past the newline) of the line of its last candidate:
+        # matches come in order of their end, so a match ending before it is the same line
+        line_end: dict[int, int] = {}
+        size = len(data)
 
         def on_match(rule: int, start: int, end: int, flags: int, ctx: object) -> None:
-            key = (rule, _line_start(data, max(start, end - 1)))
-            if key not in seen:
-                seen.add(key)
-                out.append(key)
+            if end <= line_end.get(rule, -1):
+                return
+            at = max(start, end - 1)
+            nl = data.find(b"\n", at)
+            line_end[rule] = size if nl < 0 else nl + 1
+            out.append((rule, data.rfind(b"\n", 0, at) + 1))
 
         self._db.scan(data, match_event_handler=on_match, scratch=self._scratch)
         return out
+
+
+def _database(patterns: list[str]) -> Any:
+    """The block-mode database of the patterns' prefixes, from the cache or compiled (then
+    cached). Should the prefixes not compile, the patterns themselves are compiled."""
+    import hyperscan
+
+    from ascend_doctor.core import cache
+
+    version = getattr(hyperscan, "__version__", "") or _dist_version("hyperscan")
+    key = cache.key_of("hyperscan-block", _PREFIXES, version, *patterns)
+    blob = cache.read("hyperscan", key)
+    if blob is not None:
+        try:
+            return hyperscan.loadb(blob, hyperscan.HS_MODE_BLOCK)
+        except Exception as exc:  # another CPU, another library: rebuilt below
+            log.debug("cached hyperscan database not usable (%s); compiling", exc)
+    db = hyperscan.Database()
+    try:
+        _compile(db, [prefix_pattern(p) for p in patterns])
+    except hyperscan.error:
+        _compile(db, patterns)
+    cache.write("hyperscan", key, hyperscan.dumpb(db))
+    return db
+
+
+def _compile(db: Any, expressions: list[str]) -> None:
+    encoded = [hyperscan_pattern(p) for p in expressions]
+    db.compile(
+        expressions=encoded,
+        ids=list(range(len(encoded))),
+        elements=len(encoded),
+        flags=[0] * len(encoded),
+    )
+
+
+def _dist_version(name: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return ""
 
 
 def make_prefilter(rules: Sequence[Rule], mode: str, extras: Sequence[str] = ()) -> Prefilter:
@@ -148,4 +266,5 @@ __all__ = [
     "hyperscan_error",
     "hyperscan_pattern",
     "make_prefilter",
+    "prefix_pattern",
 ]

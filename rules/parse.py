@@ -150,9 +150,16 @@ ids, token counts, sampling parameters) at ERROR level after an engine failure; 
 itself is the traceback that follows."""
 
 
+_ECHO_WORDS = re.compile(rb"Received request |Generated response |Request |dump_input\.py:")
+"""Words every echo holds: each ``REQUEST_LOG`` form starts with one, the dump names its file.
+A line without any is no echo, and is not parsed to find out."""
+
+
 def is_request_log(line: bytes) -> bool:
     """True for lines that echo requests back: vLLM's request logger (prompts and outputs)
     and its engine-failure input dump."""
+    if _ECHO_WORDS.search(line) is None:
+        return False
     p = parse(line)
     if p.header == "vllm" and ECHO_LOGGERS.search(p.logger):
         return True

@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from ascend_doctor.collectors.npu_smi import npu_smi_binary
 from ascend_doctor.core.config import RemediationConfig
 from ascend_doctor.core.events import Outcome
 from ascend_doctor.core.launch import LaunchSpec
@@ -101,6 +100,8 @@ class Context:
 
     def npu_smi(self) -> str:
         """The npu-smi binary as the server's PATH finds it."""
+        from ascend_doctor.collectors.npu_smi import npu_smi_binary  # loads every collector
+
         return npu_smi_binary(self.host.npu_smi, self.server.base_env)
 
     def devices(self) -> list[int]:

@@ -47,7 +47,7 @@ def _check(line: str) -> None:
     path = ["ascend-doctor"]
     while isinstance(cmd, click.Group) and argv and not argv[0].startswith("-"):
         name = argv.pop(0)
-        sub = cmd.commands.get(name)
+        sub = cmd.get_command(click.Context(cmd), name)  # commands are imported lazily
         assert sub is not None, f"{line}: `{' '.join(path)}` has no command {name!r}"
         cmd, path = sub, [*path, name]
     options = {o for p in cmd.params if isinstance(p, click.Option) for o in p.opts}

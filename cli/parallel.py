@@ -1,0 +1,209 @@
+"""Offline scans of big files on every core, with the findings of one process.
+
+A file is cut exactly where one process reading it would cut it (``read_chunks``: whole
+lines, a read of ``block`` bytes at a time), so every chunk, and with it every block across a
+cut, quiet window and context line, is what it would be in one process. Worker processes
+count each chunk's newlines (the first line number of each chunk), then scan them; the
+findings come back in file order. The one state an engine carries from chunk to chunk, the
+templates of unrecognised errors (drain3 learns them in order), is mined here, in order, so
+template ids and summaries are those of one process too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gc
+import io
+import mmap
+import multiprocessing
+import os
+import stat
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from ascend_doctor.core.events import Finding, LogChunk
+from ascend_doctor.rules import Engine
+
+T = TypeVar("T")
+UNRECOGNISED = "unrecognised"
+
+BLOCK = 4 << 20
+"""What an offline scan reads at a time (``read_chunks``' block): the size of a chunk."""
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """One chunk of a file as one process would read it."""
+
+    offset: int
+    """Byte offset of the chunk in the file."""
+    length: int
+    """Its length in the file (the last chunk gets a newline added when it has none)."""
+
+
+def regular_pieces(stream: Any, *, already_read: int = 0, block: int | None = None) -> list[Piece]:
+    """The chunks of an open regular file (see :func:`pieces`); [] for a pipe, a FIFO, a
+    tar member or a file that fits in one read: those are read as a stream."""
+    try:
+        st = os.fstat(stream.fileno())
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return []
+    block = BLOCK if block is None else block
+    if not stat.S_ISREG(st.st_mode) or st.st_size <= already_read + block:
+        return []
+    return pieces(stream.fileno(), already_read=already_read, block=block)
+
+
+def pieces(fd: int, *, already_read: int = 0, block: int = BLOCK) -> list[Piece]:
+    """The chunks ``read_chunks`` yields for the regular file open as ``fd`` when the caller
+    read ``already_read`` bytes first: it cuts after the last newline of what it has read."""
+    size = os.fstat(fd).st_size
+    if size == 0:
+        return []
+    with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as mm:
+        out: list[Piece] = []
+        start, read_to = 0, min(already_read, size)
+        while True:
+            nxt = min(read_to + block, size)
+            if nxt == read_to:  # end of file: what is left is the last chunk
+                if start < size:
+                    out.append(Piece(start, size - start))
+                return out
+            newline = mm.rfind(b"\n", start, nxt)
+            if newline >= 0:
+                out.append(Piece(start, newline + 1 - start))
+                start = newline + 1
+            read_to = nxt
+
+
+class _Deferred:
+    """Stands for the template miner in a worker: the parent mines in file order."""
+
+    def template(self, message: str) -> tuple[str, str]:
+        return "", ""
+
+
+_engine: Engine | None = None
+_path = ""
+_render: Callable[[Finding], Any] = repr
+
+
+def _init(engine: Engine | None, rules: Any, path: str, render: Callable[[Finding], Any]) -> None:
+    global _engine, _path, _render
+    if engine is None:  # a spawned worker builds its own engine (the packs are cached)
+        engine = Engine(rules, clock=lambda: 0.0)
+    if engine.templates is not None:
+        engine.templates = _Deferred()  # type: ignore[assignment]
+    _engine, _path, _render = engine, path, render
+
+
+def _read(piece: Piece) -> bytes:
+    fd = os.open(_path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        data = os.pread(fd, piece.length, piece.offset)
+    finally:
+        os.close(fd)
+    return data if data.endswith(b"\n") else data + b"\n"
+
+
+def _count(piece: Piece) -> int:
+    return _read(piece).count(b"\n")
+
+
+def _scan(task: tuple[Piece, str, str, int]) -> tuple[int, list[tuple[bool, Any]]]:
+    """A chunk's newlines and its findings, rendered here unless the parent must first mine
+    their template (then sent as they are, ``True``)."""
+    piece, label, kind, first_line = task
+    assert _engine is not None
+    data = _read(piece)
+    with paused_gc():
+        found = _engine.scan(LogChunk(label, kind, piece.offset, data, first_line=first_line))
+    render = _render
+    deferred = _engine.templates is not None
+    out = [(True, f) if deferred and f.rule == UNRECOGNISED else (False, render(f)) for f in found]
+    return data.count(b"\n"), out
+
+
+def scan_pieces(
+    engine: Engine,
+    path: str,
+    label: str,
+    kind: str,
+    parts: list[Piece],
+    jobs: int,
+    render: Callable[[Finding], T],
+) -> Iterator[tuple[int, int, list[T]]]:
+    """(bytes, newlines, findings) of each chunk of ``path`` in file order, scanned by
+    ``jobs`` worker processes; findings are those ``engine`` gives scanning the chunks in
+    order (its templates learn as they would), each passed through ``render`` (in the
+    worker: what comes back is what the caller keeps, a printed line rather than evidence)."""
+    # fork shares the built engine; with other threads alive (a progress bar) a forked
+    # child could inherit a held lock, so workers are spawned and build their own
+    fork = threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods()
+    ctx = multiprocessing.get_context("fork" if fork else "spawn")
+    args = (engine, None, path, render) if fork else (None, engine.rules, path, render)
+    with ctx.Pool(min(jobs, len(parts)), initializer=_init, initargs=args) as pool:
+        counts = pool.map(_count, parts)
+        tasks = []
+        line = 1
+        for piece, n in zip(parts, counts, strict=True):
+            tasks.append((piece, label, kind, line))
+            line += n
+        for piece, (newlines, found) in zip(parts, pool.imap(_scan, tasks), strict=True):
+            yield (
+                piece.length,
+                newlines,
+                [_mined(engine, f, render) if raw else f for raw, f in found],
+            )
+
+
+def _mined(engine: Engine, f: Finding, render: Callable[[Finding], T]) -> T:
+    """An unrecognised finding with its template mined in file order, rendered."""
+    assert engine.templates is not None
+    template, template_id = engine.templates.template(f.captures["message"])
+    captures = {**f.captures, "template_id": template_id, "template": template}
+    f = dataclasses.replace(f, summary=template, captures=captures)
+    return render(f)
+
+
+def as_is(finding: Finding) -> Finding:
+    """The finding itself, for a caller that keeps its evidence (``render`` of
+    :func:`scan_pieces`)."""
+    return finding
+
+
+@contextlib.contextmanager
+def paused_gc() -> Iterator[None]:
+    """The cyclic collector off for a while (a chunk's scan): the engine makes no cycles,
+    and a failure-dense chunk keeps thousands of findings alive that every collection would
+    walk again (about a sixth of the scan's time)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def default_jobs() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+__all__ = [
+    "BLOCK",
+    "Piece",
+    "as_is",
+    "default_jobs",
+    "paused_gc",
+    "pieces",
+    "regular_pieces",
+    "scan_pieces",
+]
