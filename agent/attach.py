@@ -26,7 +26,7 @@ import psutil
 from ascend_doctor.agent.supervisor import ExitDecision, Probe, Sleep
 from ascend_doctor.core.config import ServerConfig
 from ascend_doctor.core.errors import ConfigError
-from ascend_doctor.core.events import ProcessEvent, ProcessState
+from ascend_doctor.core.events import Category, Finding, ProcessEvent, ProcessState, Role, Severity
 from ascend_doctor.core.launch import LaunchSpec
 from ascend_doctor.core.procs import listening_pid, pid_alive
 
@@ -116,6 +116,7 @@ class AttachedServer:
         self._shutdown = False
         self.probe_failures = 0
         self.restarts = 0
+        self._silent_since: float | None = None  # when it was first found not answering
 
     @property
     def can_restart(self) -> bool:
@@ -173,10 +174,19 @@ class AttachedServer:
             if self.pid is None:
                 self.pid = listening_pid(self.attach.port)
             if self.state != ProcessState.RUNNING:
+                self._silent_since = None
                 self._change(ProcessState.RUNNING, "healthy: /health answered 200")
             return
         if self.state != ProcessState.RUNNING:
-            return  # still starting (or already known down): nothing new
+            # say at once that nothing answers; after start_timeout it is down (an incident)
+            if self._silent_since is None:
+                self._silent_since = self._wall()
+                self._change(ProcessState.STARTING, f"nothing answers at {self.attach.url}")
+            elif self._wall() - self._silent_since > self.config.start_timeout:
+                why = f"no answer at {self.attach.url} for {self.config.start_timeout:.0f}s"
+                await self._down(why, None)
+                self._silent_since = float("inf")  # once, until it answers again
+            return
         self.probe_failures += 1
         if self.probe_failures >= self.config.probe_failures:
             await self._down(f"/health failed {self.probe_failures} times in a row", self.pid)
@@ -190,6 +200,7 @@ class AttachedServer:
             self._restart_reason = "restarting the server to apply the remediation"
         else:
             # whatever manages the server (systemd, kubelet) brings it back; wait for it
+            self._silent_since = self._wall()
             self._change(ProcessState.STARTING, "waiting for the server's manager to restart it")
 
     async def _run_restart(self, reason: str) -> None:
@@ -258,4 +269,10 @@ class AttachedServer:
         return event
 
 
-__all__ = ["AttachSpec", "AttachedServer", "process_spec"]
+def silent_finding(event: ProcessEvent) -> Finding:
+    """An attached server that never answered: no text says why, so this is the evidence."""
+    cat, sev = Category.SERVER_CRASHED, Severity.CRITICAL
+    return Finding("attach-no-answer", cat, sev, Role.ROOT, "server", event.reason, at=event.at)
+
+
+__all__ = ["AttachSpec", "AttachedServer", "process_spec", "silent_finding"]

@@ -22,7 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ascend_doctor.agent.alerts import AlertListener, Deliverer
-from ascend_doctor.agent.attach import AttachedServer, AttachSpec, process_spec
+from ascend_doctor.agent.attach import AttachedServer, AttachSpec, process_spec, silent_finding
 from ascend_doctor.agent.collection import CollectorRunner, build_runners
 from ascend_doctor.agent.decider import Decider
 from ascend_doctor.agent.incidents import IncidentManager
@@ -327,7 +327,10 @@ class Daemon:
             return await self.remediator.remediate(incident_id)
 
     async def _on_exit(self, event: ProcessEvent) -> ExitDecision:
-        _unexplained_exit(self, event)
+        if self.attach is not None and event.previous == ProcessState.STARTING:
+            self._findings([silent_finding(event)])  # it never answered: a server-down incident
+        else:
+            _unexplained_exit(self, event)
         return await self.decider.on_exit()
 
     def _on_change(self, event: ProcessEvent) -> None:

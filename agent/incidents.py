@@ -3,7 +3,8 @@
 
 A root finding opens an incident or joins the active one of its category and
 subject ("server" matches any subject: a line that does not name its device).
-A symptom joins the newest active incident; alone, it opens one of its own.
+A symptom joins the newest active incident; alone, it opens one of its own. Either, with no
+active incident to join, joins the closed incident of its fault: one fault, one page.
 
 Every change of an incident goes through the manager: a step taken, an escalation, a
 resolution, an acknowledgement, a root that arrived after its symptom. A change of state is
@@ -113,12 +114,35 @@ class IncidentManager:
                         return promoted, True
                     # close in time to an earlier root: evidence of the same failure
                     return inc, False
-            return self._open(f), True
+            return self._closed_or_new(f)
         if near:
             return near[-1], False
         for inc in reversed(active):
             if inc.category == f.category:
                 return inc, self._recurred(inc, f)
+        return self._closed_or_new(f, symptom=True)
+
+    def _closed_or_new(self, f: Finding, *, symptom: bool = False) -> tuple[Incident, bool]:
+        """The closed incident this finding is more evidence of (a symptom: of any category; a
+        root: of its category and subject), else a new one. An escalated incident nobody
+        acknowledged takes its fault while it recurs within ``window`` of its last evidence
+        (each failed start, npu-smi after a doctor restart, whichever source comes last); a
+        resolved one only evidence older than the verification that closed it."""
+        closed = (IncidentState.ESCALATED, IncidentState.RESOLVED)
+        for inc in reversed(self.store.incidents(states=closed, newest=20)):
+            same = inc.category == f.category and (
+                inc.subject == f.subject or "server" in (inc.subject, f.subject)
+            )
+            if not same and not symptom:
+                continue
+            end = inc.resolved_at if inc.resolved_at is not None else inc.opened_at
+            if inc.state == IncidentState.RESOLVED:
+                if same and f.at <= end:
+                    return inc, False
+                continue
+            last = max([end, *(x.finding.at for x in self.store.findings(inc.id))])
+            if not inc.acknowledged and f.at - last <= self.config.window:
+                return inc, False  # acknowledged: what comes next is the human's to see anew
         return self._open(f), True
 
     # -- lifecycle ---------------------------------------------------------------------------

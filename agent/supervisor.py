@@ -23,6 +23,7 @@ from typing import Any, BinaryIO
 
 import httpx
 
+from ascend_doctor.collectors.vllm_access import without_probe_access
 from ascend_doctor.core.config import ServerConfig
 from ascend_doctor.core.errors import StoreError
 from ascend_doctor.core.events import ProcessEvent, ProcessState
@@ -341,7 +342,7 @@ class Supervisor:
                     out.flush()
                 if echo is not None:
                     with contextlib.suppress(OSError, ValueError):
-                        echo.write(data)
+                        echo.write(without_probe_access(data))  # not our own probes
                         echo.flush()
                 # whole lines only, and never a request-log line: a prompt that quotes
                 # "EngineDeadError" must not make a healthy server look like it is dying

@@ -35,6 +35,7 @@ from typing import Any
 import click
 
 from ascend_doctor import __version__
+from ascend_doctor.cli.common import InputError
 from ascend_doctor.core.config_file import default_state_dir
 from ascend_doctor.core.errors import CollectorError, ConfigError, DoctorError
 from ascend_doctor.core.redact import REDACTED, is_secret, redact, redact_text
@@ -348,7 +349,6 @@ def build_bundle(
         ("config", lambda b: add_config(b, config_path)),
         ("artifacts", lambda b: add_artifacts(b, state_dir, with_artifacts)),
     ]
-    output.parent.mkdir(parents=True, exist_ok=True)
     partial = output.with_name(output.name + ".partial")
     # 0600 before a byte is in it: the bundle holds log tails and the store
     os.close(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600))
@@ -449,6 +449,9 @@ def bundle(
     except ConfigError as exc:
         raise click.BadParameter(str(exc), param_hint="--since") from None
     state = state_dir if state_dir is not None else default_state_dir()
+    if output is not None and not output.absolute().parent.is_dir():
+        # a typo in -o must not leave a tree of new directories behind
+        raise InputError(f"{output.parent}: no such directory (create it first)")
     if not state.is_dir():
         raise click.ClickException(f"{state}: no state dir here (has the doctor run?)")
     now = time.time()

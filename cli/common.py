@@ -4,6 +4,7 @@ as a command opens them (a bad file or a missing store is one line, never a trac
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -53,11 +54,37 @@ def config_from(path: Path | None) -> Config:
         raise click.ClickException(str(exc)) from None
 
 
+class InputError(click.ClickException):
+    """Input a command cannot use (no store, a missing or unreadable file): exit status 2,
+    the same for every command, so a script tells it from a failure found (1)."""
+
+    exit_code = 2
+
+
+def group_option(name: str, value: object) -> object:
+    """``value`` of an option, or the one given to an enclosing group (``incidents
+    --state-dir S show 2``); the two given and different is a usage error."""
+    ctx = click.get_current_context(silent=True)
+    parent = ctx.parent if ctx is not None else None
+    while parent is not None:
+        given = parent.params.get(name)
+        if given is not None:
+            if value is not None and value != given:
+                flag = "--" + name.replace("_", "-")
+                raise click.UsageError(f"{flag} given twice: {given} and {value}")
+            return given
+        parent = parent.parent
+    return value
+
+
 def resolve_state_dir(value: Path | None) -> Path:
-    """The state dir given, else the default one."""
+    """The state dir given (here or on the enclosing group), else the default one, absolute
+    so that what the doctor prints can be pasted from any directory."""
     from ascend_doctor.core.config_file import default_state_dir
 
-    return value if value is not None else default_state_dir()
+    given = group_option("state_dir", value)
+    chosen = given if isinstance(given, Path) else default_state_dir()
+    return chosen.absolute()
 
 
 state_dir_option = click.option(
@@ -76,24 +103,41 @@ config_option = click.option(
 )
 
 
+def usable_state_dir(d: Path) -> Path:
+    """``d`` made and checked writable, absolute; one line (exit 2) when it cannot be: a path
+    through a file, a read-only disk, no permission."""
+    d = d.absolute()
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        probe = d / f".probe-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise InputError(f"{d}: cannot use as the state dir: {exc.strerror or exc}") from None
+    return d
+
+
 def open_store(state_dir: Path | None, *, write: bool = False) -> Store:
     """The store of a state dir for a CLI command; a one-line error when there is none."""
     from ascend_doctor.core.store import STORE_NAME, Store
 
     d = resolve_state_dir(state_dir)
     if not (d / STORE_NAME).exists():
-        raise click.ClickException(f"{d / STORE_NAME}: no store here (has the doctor run?)")
+        raise InputError(f"{d / STORE_NAME}: no store here (has the doctor run?)")
     try:
         return Store.in_dir(d, readonly=not write)
     except DoctorError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise InputError(str(exc)) from None
 
 
 __all__ = [
+    "InputError",
     "config_from",
     "config_option",
+    "group_option",
     "open_store",
     "resolve_state_dir",
     "setup_logging",
     "state_dir_option",
+    "usable_state_dir",
 ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import shutil
 import socket
 import tempfile
 import time
@@ -18,8 +19,8 @@ from typing import Any
 import click
 
 from ascend_doctor.agent.daemon import Daemon
-from ascend_doctor.cli.common import setup_logging
-from ascend_doctor.cli.views import incident_dicts
+from ascend_doctor.cli.common import setup_logging, usable_state_dir
+from ascend_doctor.cli.views import incident_dicts, plural
 from ascend_doctor.core.config import Config
 from ascend_doctor.core.errors import ConfigError
 from ascend_doctor.core.events import IncidentState
@@ -29,6 +30,7 @@ from ascend_doctor.rules import load_rules
 from ascend_doctor.sim.driver import drive, prepare
 from ascend_doctor.sim.host import SimHost
 from ascend_doctor.sim.scenarios import Scenario, list_scenarios, load_scenario
+from ascend_doctor.tui.data import DEMO_DONE
 
 SCENARIO_DEADLINE = 45.0  # seconds one scenario may take before it counts as not recovered
 TOUR = (
@@ -131,12 +133,17 @@ def run_demo(
         if name not in known:
             raise ConfigError(f"unknown scenario {name!r}; known: {', '.join(known)}")
     names = names or sorted(known, key=lambda n: (TOUR.index(n) if n in TOUR else len(TOUR), n))
-    work = Path(tempfile.mkdtemp(prefix="ascend-doctor-demo-"))
-    state_dir = state_dir or work / "state"
-    state_dir.mkdir(parents=True, exist_ok=True)
+    if state_dir is None:  # one temp dir holds the state and the host, and is named below
+        state_dir = Path(tempfile.mkdtemp(prefix="ascend-doctor-demo-")) / "state"
+    state_dir = usable_state_dir(state_dir)
+    # the simulated host lives in the state dir: nothing is left behind anywhere else, and
+    # the paths the store records (the server's PATH, its log root) stay valid afterwards
+    (state_dir / DEMO_DONE).unlink(missing_ok=True)  # the TUI's header: a tour is running
+    host_dir = state_dir / "simhost"
+    shutil.rmtree(host_dir, ignore_errors=True)  # a fresh host for every run
     setup_logging(verbose, None if verbose else state_dir / "doctor.log")
     try:
-        host = SimHost.create(work / "host", vllm_version=sim_version)
+        host = SimHost.create(host_dir, vllm_version=sim_version)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     base = _sim_paths(config or demo_config(), host)
@@ -147,19 +154,39 @@ def run_demo(
         f"CANN {v.cann}"
     )
     click.echo(f"state dir: {state_dir}\n")
-    results = []
+    results: list[tuple[str, bool]] = []
     t0 = time.monotonic()
-    for name in names:
-        scenario = load_scenario(name)
-        ok = asyncio.run(_run_scenario(scenario, host, base, state_dir))
-        results.append((name, ok))
+    try:
+        for name in names:
+            scenario = load_scenario(name)
+            ok = asyncio.run(_run_scenario(scenario, host, base, state_dir))
+            results.append((name, ok))
+    except KeyboardInterrupt:
+        # Ctrl-C: what ran so far, and where it is recorded, instead of a traceback
+        click.echo(f"\ninterrupted after {len(results)} of {plural(len(names), 'scenario')}")
+        _summary(results, t0, state_dir)
+        raise DemoInterrupted() from None
+    _summary(results, t0, state_dir)
+    return all(ok for _, ok in results) and len(results) == len(names)
+
+
+class DemoInterrupted(Exception):
+    """Ctrl-C during the demo: the partial summary is printed."""
+
+
+def _summary(results: list[tuple[str, bool]], t0: float, state_dir: Path) -> None:
+    good = sum(ok for _, ok in results)
+    with contextlib.suppress(OSError):
+        (state_dir / DEMO_DONE).write_text(
+            f"demo tour finished: {good} of {plural(len(results), 'scenario')} as expected\n"
+        )
     click.echo(f"\ntour took {time.monotonic() - t0:.1f}s")
     for name, ok in results:
         want = load_scenario(name).expected_state
         shown = {"resolved": "recovered", "escalated": "escalated to a human"}[want]
         click.echo(f"  {name:14} {shown if ok else 'NOT AS EXPECTED (wanted ' + shown + ')'}")
-    click.echo(f"\nsee: ascend-doctor incidents --state-dir {state_dir}")
-    return all(ok for _, ok in results)
+    click.echo(f"\nstate dir: {state_dir}")
+    click.echo(f"see: ascend-doctor incidents --state-dir {state_dir}")
 
 
 async def _run_scenario(scenario: Scenario, host: SimHost, config: Config, state_dir: Path) -> bool:
@@ -235,7 +262,8 @@ def _timeline(store: Store, first_incident: int, started: float) -> None:
             events.append(
                 (
                     a["at"],
-                    f"action    {a['name']} {a['outcome']}: {a['reason']}" + _params(a["params"]),
+                    f"action    {a['name']} {a['outcome']}: {a['reason']}"
+                    + _params(a["name"], a["params"]),
                 )
             )
         if inc["resolved_at"]:
@@ -244,9 +272,33 @@ def _timeline(store: Store, first_incident: int, started: float) -> None:
         click.echo(f"   +{at - started:5.1f}s  {text}")
 
 
-def _params(params: dict[str, Any]) -> str:
-    shown = {k: v for k, v in params.items() if k in ("from", "to", "device", "args", "env")}
-    return f"  {shown}" if shown else ""
+FLAGS = {
+    "lower_max_model_len": "--max-model-len",
+    "lower_gpu_memory_utilization": "--gpu-memory-utilization",
+    "lower_max_num_seqs": "--max-num-seqs",
+}
+"""The flag a from/to action changes, to print it as the operator would write it."""
 
 
-__all__ = ["demo_config", "free_port", "run_demo", "scenario_list"]
+def _params(name: str, params: dict[str, Any]) -> str:
+    """What an action changed, as an operator writes it: ``--max-model-len 32768 → 16128``,
+    ``+ --enforce-eager``, ``PYTORCH_NPU_ALLOC_CONF=expandable_segments:True``, ``NPU 3``."""
+    parts: list[str] = []
+    if "to" in params and "from" in params:
+        what = params.get("name") or FLAGS.get(name, name)
+        sep = "=" if str(what).isupper() else " "
+        parts.append(f"{what}{sep}{params['from']} → {params['to']}")
+    elif "name" in params and "value" in params:
+        parts.append(f"{params['name']}={params['value']}")
+    if "flag" in params:
+        parts.append(f"+ {params['flag']}")
+    for key, value in dict(params.get("args") or {}).items():
+        parts.append(f"+ {key}" if value in ("", None) else f"{key} {value}")
+    for key, value in dict(params.get("env") or {}).items():
+        parts.append(f"{key}={value}")
+    if "device" in params:
+        parts.append(f"NPU {params['device']}")
+    return "  (" + ", ".join(parts) + ")" if parts else ""
+
+
+__all__ = ["DemoInterrupted", "demo_config", "free_port", "run_demo", "scenario_list"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 import tarfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -21,7 +22,8 @@ from typing import IO, Any
 from ascend_doctor.cli import parallel
 from ascend_doctor.cli.parallel import as_is, paused_gc, regular_pieces, scan_pieces
 from ascend_doctor.collectors.logs import read_chunks, source_kind
-from ascend_doctor.core.errors import StoreError
+from ascend_doctor.collectors.npu_smi_format import parse_info, samples_from_info
+from ascend_doctor.core.errors import CollectorError, StoreError
 from ascend_doctor.core.events import Category, Finding
 from ascend_doctor.core.records import Artifact, decode
 from ascend_doctor.rules import Engine, RuleSet
@@ -64,6 +66,9 @@ class Diagnosis:
     unreadable: list[dict[str, str]] = field(default_factory=list)
     profiles: list[dict[str, Any]] = field(default_factory=list)
     """Captured profiles a bundle's store holds, with their analysis."""
+    incidents: list[dict[str, Any]] = field(default_factory=list)
+    """The incidents a bundle's store holds (``store/incidents.json``), some of which no log
+    line shows (a hang seen only in the metrics)."""
 
 
 def _files(paths: list[Path]) -> Iterator[tuple[str, Callable[[], IO[bytes]] | None, str]]:
@@ -79,6 +84,9 @@ def _files(paths: list[Path]) -> Iterator[tuple[str, Callable[[], IO[bytes]] | N
 
 
 def _one(path: Path) -> Iterator[tuple[str, Callable[[], IO[bytes]] | None, str]]:
+    if str(path) == "-":  # standard input, as everywhere on the command line
+        yield "-", _const(sys.stdin.buffer), ""
+        return
     name = path.name
     if name.endswith((".tar.gz", ".tgz", ".tar")):
         try:
@@ -102,6 +110,18 @@ def _one(path: Path) -> Iterator[tuple[str, Callable[[], IO[bytes]] | None, str]
         yield str(path), None, "no such file or directory"
         return
     yield str(path), _opener(path), ""
+
+
+def _bundle_json(path: Path, suffix: str) -> list[dict[str, Any]]:
+    """A JSON list a bundle holds (empty when it has none or it does not read)."""
+    try:
+        with tarfile.open(path) as tar:
+            member = next((m for m in tar.getmembers() if m.name.endswith(suffix)), None)
+            data = tar.extractfile(member) if member is not None else None
+            value = json.loads(data.read()) if data is not None else []
+    except (OSError, tarfile.TarError, ValueError):
+        return []
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
 
 def bundle_profiles(path: Path) -> list[dict[str, Any]]:
@@ -156,6 +176,7 @@ def diagnose(
     for path in paths:
         if path.is_file() and path.name.endswith((".tar.gz", ".tgz", ".tar")):
             result.profiles += bundle_profiles(path)
+            result.incidents += _bundle_json(path, "/store/incidents.json")
     for index, (label, opener, error) in enumerate(_files(paths)):
         if opener is None:
             result.unreadable.append({"path": label, "error": error})
@@ -167,6 +188,10 @@ def diagnose(
                     result.unreadable.append({"path": label, "error": "binary file, skipped"})
                     continue
                 kind = source_kind(label.rsplit(":", 1)[-1] if ".tar" in label else label)
+                if NPU_SMI_HEAD.search(head):  # a saved `npu-smi info`: its table, not lines
+                    _npu_smi(head + f.read(), index, engine, result)
+                    result.files_read += 1
+                    continue
                 parts = (
                     regular_pieces(f, already_read=len(head), block=parallel.BLOCK)
                     if jobs > 1
@@ -212,6 +237,22 @@ def _add(result: Diagnosis, findings: list[Finding], index: int) -> None:
         result.hits.append(_Hit(finding, (index, finding.offset), _timestamp(text)))
 
 
+NPU_SMI_HEAD = re.compile(rb"^\| npu-smi \S+\s+Version:", re.M)
+"""The first line of the table ``npu-smi info`` prints."""
+
+
+def _npu_smi(data: bytes, index: int, engine: Engine, result: Diagnosis) -> None:
+    """The sample rules over an ``npu-smi info`` snapshot (a card whose Health is not OK)."""
+    try:
+        samples = samples_from_info(parse_info(data.decode(errors="replace")), 0.0)
+    except CollectorError as exc:
+        result.unreadable.append({"path": f"npu-smi snapshot {index}", "error": str(exc)})
+        return
+    for finding in engine.evaluate(samples):
+        result.hits.append(_Hit(finding, (index, 0), None))
+    result.lines_read += data.count(b"\n")
+
+
 def _timestamp(text: bytes) -> datetime | None:
     m = _PLOG_TS.search(text)
     try:
@@ -255,6 +296,16 @@ def _ordered(hits: list[_Hit]) -> list[tuple[_Hit, float | None]]:
     return [(h, effective[id(h)]) for h in sorted(hits, key=key)]
 
 
+def _cause_key(causes: dict[tuple[str, str], Any], category: str, subject: str) -> tuple[str, str]:
+    """The cause a root finding belongs to: a line that names no device ("server") is the same
+    fault as one of its category that does, as the doctor's incidents group them (a heartbeat
+    loss the driver reports for npu3 and the runtime reports as 507010 is one root cause)."""
+    for cat, subj in causes:
+        if cat == category and (subj == subject or "server" in (subj, subject)):
+            return cat, subj
+    return category, subject
+
+
 def report(result: Diagnosis, rules: RuleSet) -> dict[str, Any]:
     """The ranked report as the JSON ``diagnose --json`` prints: root causes ranked across
     the chain (rules/ranking.py: what makes the others happen first), then unrecognised
@@ -271,6 +322,7 @@ def report(result: Diagnosis, rules: RuleSet) -> dict[str, Any]:
         entry = causes.get(key) or causes.setdefault(key, _cause(f, steps))
         entry["count"] += len(group)
         named.update(id(i.finding) for i in group)
+    causes = _device_leads(causes)
     unknown = [h.finding for h in hits if h.finding.category == Category.UNRECOGNISED]
     for f in unknown:
         if id(f) not in named:
@@ -313,7 +365,35 @@ def report(result: Diagnosis, rules: RuleSet) -> dict[str, Any]:
         "lines_read": result.lines_read,
         "unreadable": result.unreadable,
         "profiles": result.profiles,
+        "stored_incidents": [
+            {
+                **{k: i.get(k) for k in ("id", "state", "category", "subject", "summary")},
+                "in_logs": any(c["category"] == i.get("category") for c in causes.values()),
+            }
+            for i in result.incidents
+        ],
     }
+
+
+def _device_leads(
+    causes: dict[tuple[str, str], dict[str, Any]],
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """A cause seen as the server's and as one device's is one cause, the device's: the line
+    that names the device (the driver's) leads, in the place the first of them had."""
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    devices = {cat: [k for k in causes if k[0] == cat and k[1] != "server"] for cat, _ in causes}
+    for key, entry in causes.items():
+        cat, subject = key
+        if subject == "server" and len(devices[cat]) == 1:
+            target = devices[cat][0]
+            lead = causes[target]
+            merged = dict(lead)
+            merged["count"] = lead["count"] + entry["count"]
+            merged["evidence"] = lead["evidence"] + entry["evidence"]
+            out[target] = merged
+        elif key not in out:  # else: already placed where the server's cause stood
+            out[key] = entry
+    return out
 
 
 def _cause(f: Finding, steps: dict[str, Any]) -> dict[str, Any]:

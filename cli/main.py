@@ -20,6 +20,7 @@ from ascend_doctor.cli.common import (
     resolve_state_dir,
     setup_logging,
     state_dir_option,
+    usable_state_dir,
 )
 from ascend_doctor.core.errors import DoctorError
 
@@ -45,7 +46,10 @@ class LazyGroup(click.Group):
         if cmd_name in self.lazy and cmd_name not in self.commands:
             module, attr = self.lazy[cmd_name].split(":")
             self.add_command(getattr(importlib.import_module(module), attr), cmd_name)
-        return super().get_command(ctx, cmd_name)
+        cmd = super().get_command(ctx, cmd_name)
+        if cmd is not None and cmd_name in SHORT_HELP:  # a whole sentence in the list
+            cmd.short_help = SHORT_HELP[cmd_name]
+        return cmd
 
 
 def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
@@ -136,7 +140,9 @@ def watch(
         raise click.ClickException(f"command not found: {command[0]}")
     setup_logging(verbose)
     spec = LaunchSpec(tuple(command)) if command else None
-    status = run_watch(config, resolve_state_dir(state_dir), spec, attach=attached)
+    status = run_watch(
+        config, usable_state_dir(resolve_state_dir(state_dir)), spec, attach=attached
+    )
     sys.exit(status)
 
 
@@ -213,18 +219,28 @@ def demo(
         )
     except DoctorError as exc:
         raise click.ClickException(str(exc)) from None
+    except demo_mod.DemoInterrupted:
+        sys.exit(130)  # as a shell reports a command Ctrl-C stopped
     sys.exit(0 if ok else 1)
 
 
 @main.group(cls=LazyGroup, invoke_without_command=True)
 @state_dir_option
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per incident per line.")
+@click.option("--utc", is_flag=True, help="Times in UTC instead of local time.")
 @click.pass_context
-def incidents(ctx: click.Context, state_dir: Path | None, as_json: bool) -> None:
-    """List incidents with their remediation decisions (or: incidents ack ID)."""
+def incidents(ctx: click.Context, state_dir: Path | None, as_json: bool, utc: bool) -> None:
+    """List incidents with their remediation decisions (or: incidents show ID, incidents ack ID).
+
+    --state-dir and --utc given here apply to the subcommand too.
+    """
     if ctx.invoked_subcommand is not None:
+        if as_json:
+            raise click.UsageError(
+                f"--json lists incidents; it does not go with {ctx.invoked_subcommand}"
+            )
         return
-    from ascend_doctor.cli.views import incident_dicts
+    from ascend_doctor.cli.views import incident_dicts, when
 
     store = open_store(state_dir)
     rows = incident_dicts(store)
@@ -236,11 +252,14 @@ def incidents(ctx: click.Context, state_dir: Path | None, as_json: bool) -> None
     if not rows:
         click.echo("no incidents")
     for row in rows:
+        mark = " ACKED" if row["acknowledged"] else ""
         click.echo(
-            f"#{row['id']} {row['state']:10} {row['severity']:8} {row['category']:22}"
+            f"#{row['id']} {row['state']:10}{mark} {row['severity']:8} {row['category']:22}"
             f" {row['subject']:7} {row['summary']}"
             + (f" (x{row['findings']})" if row["findings"] > 1 else "")
         )
+        closed = f", {row['state']} {when(row['resolved_at'], utc)}" if row["resolved_at"] else ""
+        click.echo(f"      opened {when(row['opened_at'], utc)}{closed}")
         for a in row["actions"]:
             click.echo(f"      {a['name']:28} {a['outcome']:9} {a['reason']}")
 
@@ -248,6 +267,7 @@ def incidents(ctx: click.Context, state_dir: Path | None, as_json: bool) -> None
 @main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="The report as one JSON object.")
+@click.option("--exit-code", is_flag=True, help="Exit with 1 when a failure is found.")
 @click.option(
     "--rules",
     "rule_dirs",
@@ -263,9 +283,17 @@ def incidents(ctx: click.Context, state_dir: Path | None, as_json: bool) -> None
     help="Worker processes for files of more than one chunk (4 MiB); default: every core.",
 )
 def diagnose(
-    paths: tuple[Path, ...], as_json: bool, rule_dirs: tuple[Path, ...], jobs: int | None
+    paths: tuple[Path, ...],
+    as_json: bool,
+    exit_code: bool,
+    rule_dirs: tuple[Path, ...],
+    jobs: int | None,
 ) -> None:
-    """Offline root-cause analysis of log files, plog/slog trees or a support bundle."""
+    """Offline root-cause analysis of log files (- for stdin), plog/slog trees or a bundle.
+
+    Exit status: 2 when a path named here cannot be read or is not text (the others are
+    still read), 1 with --exit-code when a failure is found, else 0 (as ``rules scan``).
+    """
     import gc
 
     from ascend_doctor.cli.diagnose import diagnose as run_diagnose
@@ -291,12 +319,16 @@ def diagnose(
     else:
         result = run_diagnose(list(paths), rules, jobs=jobs)
     rep = report(result, rules)
+    named = {str(p) for p in paths}
+    unusable = result.files_read == 0 or any(u["path"] in named for u in rep["unreadable"])
     if as_json:
         click.echo(json.dumps(rep, indent=2))
     else:
         _print_report(rep)
-    if result.files_read == 0:
+    if unusable:
         sys.exit(2)
+    if exit_code and (rep["root_causes"] or rep["symptoms"]):
+        sys.exit(1)
 
 
 def _size(path: Path) -> int:
@@ -313,8 +345,18 @@ def _size(path: Path) -> int:
 
 
 def _print_report(rep: dict[str, Any]) -> None:
-    click.echo(f"read {rep['files_read']} files, {rep['lines_read']:,} lines")
-    if not rep["root_causes"] and not rep["symptoms"]:
+    from ascend_doctor.cli.views import plural
+
+    for u in rep["unreadable"]:  # first: a report on nothing must not read as all clear
+        click.echo(f"unreadable: {u['path']}: {u['error']}", err=True)
+    click.echo(
+        f"read {plural(rep['files_read'], 'file')}, {plural(rep['lines_read'], 'line')}"
+        if rep["lines_read"] < 1000
+        else f"read {plural(rep['files_read'], 'file')}, {rep['lines_read']:,} lines"
+    )
+    if rep["files_read"] == 0:
+        click.echo("nothing could be read: no diagnosis")
+    elif not rep["root_causes"] and not rep["symptoms"] and not rep.get("stored_incidents"):
         click.echo("no known failure found")
     if rep["root_causes"]:
         click.echo("\nROOT CAUSES (the cause of the others first)")
@@ -336,6 +378,14 @@ def _print_report(rep: dict[str, Any]) -> None:
             f"  [{sym['category']}] {sym['summary']} x{sym['count']}"
             f"  ({sym['rule']}, first at {e['path']}:{e['line']})"
         )
+    if rep.get("stored_incidents"):
+        click.echo("\nINCIDENTS THE DOCTOR RECORDED (from the bundle's store)")
+    for inc in rep.get("stored_incidents", []):
+        seen = "" if inc["in_logs"] else "  (no root cause above: seen in samples or metrics)"
+        click.echo(
+            f"  #{inc['id']} {inc['state']} [{inc['category']}] {inc['subject']}:"
+            f" {inc['summary']}{seen}"
+        )
     if rep["timeline"]:
         click.echo("\nTIMELINE")
     for t in rep["timeline"][:200]:
@@ -346,8 +396,6 @@ def _print_report(rep: dict[str, Any]) -> None:
         click.echo(f"  {prof['kind']} {prof['path']}: {prof['headline']}")
     if rep.get("profiles") and rep["profiles"][-1]["report"]:
         click.echo("\n" + rep["profiles"][-1]["report"].rstrip())
-    for u in rep["unreadable"]:
-        click.echo(f"unreadable: {u['path']}: {u['error']}", err=True)
 
 
 def _register() -> None:
@@ -360,7 +408,7 @@ def _register() -> None:
             "check": "ascend_doctor.cli.check:check",
             "bundle": "ascend_doctor.cli.bundle:bundle",
             "profile": "ascend_doctor.cli.profile:profile",
-            "status": "ascend_doctor.cli.state:status",
+            "status": "ascend_doctor.cli.status:status",
             "overrides": "ascend_doctor.cli.state:overrides_group",
             "alerts": "ascend_doctor.cli.alerts:alerts_group",
             "silence": "ascend_doctor.cli.alerts:silence_group",
@@ -374,6 +422,21 @@ def _register() -> None:
             "show": "ascend_doctor.cli.traces:show",  # incidents show ID: the span waterfall
         }
     )
+
+
+SHORT_HELP = {
+    "watch": "Supervise a server (-- vllm serve ...): watch, diagnose, remediate.",
+    "demo": "Run the doctor on a simulated Ascend host through fault scenarios.",
+    "status": "Is the doctor running; the server; what waits for a human (exit 0/1/2/3).",
+    "incidents": "List incidents and their decisions; incidents show ID, incidents ack ID.",
+    "diagnose": "Offline root-cause analysis of logs, plog/slog trees or a bundle.",
+    "bundle": "Pack incidents, findings, logs and npu-smi output for offline debugging.",
+    "check": "Preflight: driver, CANN, torch_npu and vLLM versions, devices, ports.",
+    "profile": "Capture and analyse a profile of the live server.",
+    "traces": "Export the stored traces (OTLP JSON).",
+    "tui": "A live view of devices, server, logs, incidents and traces.",
+}
+"""What the top-level help says of each command: a whole sentence, never cut mid-way."""
 
 
 _register()

@@ -10,11 +10,14 @@ from typing import Any
 
 import click
 
+from ascend_doctor.cli.views import plural
 from ascend_doctor.core.errors import DoctorError
 from ascend_doctor.core.events import LogChunk
 from ascend_doctor.rules import Engine, RuleSet, load_rules
 from ascend_doctor.rules.lint import catalogue_problems, rule_problems
 from ascend_doctor.rules.matcher import hyperscan_error
+
+SNIFF = 8192  # a NUL byte in the first 8 KiB: not text (the test grep and diagnose use)
 
 
 def _load(dirs: tuple[Path, ...]) -> RuleSet:
@@ -100,16 +103,22 @@ jobs_option = click.option(
 @click.argument("files", nargs=-1, required=True)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per finding per line.")
 @click.option("--source", default=None, help="Stream kind of the input (default: from the path).")
+@click.option("--exit-code", is_flag=True, help="Exit with 1 when anything is found.")
 @rules_dir_option
 @jobs_option
 def scan(
     files: tuple[str, ...],
     as_json: bool,
     source: str | None,
+    exit_code: bool,
     rule_dirs: tuple[Path, ...],
     jobs: int | None,
 ) -> None:
-    """Scan FILES (- for stdin) offline and print every finding."""
+    """Scan FILES (- for stdin) offline and print every finding.
+
+    Exit status: 2 when a file cannot be read or is not text (the others are still scanned),
+    1 with --exit-code when something was found, else 0 (as ``diagnose``).
+    """
     import gc
 
     from ascend_doctor.cli import parallel
@@ -119,15 +128,26 @@ def scan(
     gc.freeze()  # the packs live as long as the scan: the collector need not walk them
     jobs = jobs or parallel.default_jobs()
     found = 0
+    unusable = 0
     for name in files:
         try:
             stream = sys.stdin.buffer if name == "-" else open(name, "rb")
         except OSError as exc:
-            click.echo(f"{name}: {exc.strerror}", err=True)
+            click.echo(f"{name}: {exc.strerror or exc}", err=True)
+            unusable += 1
             continue
         kind = source or ("server" if name == "-" else source_kind(name))
         with stream:
-            parts = parallel.regular_pieces(stream) if jobs > 1 and name != "-" else []
+            head = stream.read(SNIFF)
+            if b"\0" in head:
+                click.echo(f"{name}: binary file, not a log: skipped", err=True)
+                unusable += 1
+                continue
+            parts = (
+                parallel.regular_pieces(stream, already_read=len(head))
+                if jobs > 1 and name != "-"
+                else []
+            )
             if len(parts) > 1:
                 render = functools.partial(_finding_line, as_json=as_json)
                 for _, _, lines in parallel.scan_pieces(
@@ -135,12 +155,17 @@ def scan(
                 ):
                     found += _print_lines(lines)
                 continue
-            for chunk in read_chunks(stream, name, kind, block=parallel.BLOCK):
+            chunks = read_chunks(stream, name, kind, already_read=head, block=parallel.BLOCK)
+            for chunk in chunks:
                 with parallel.paused_gc():
                     findings = engine.scan(chunk)
                 found += _print_lines([_finding_line(f, as_json) for f in findings])
     if not as_json:
-        click.echo(f"{found} findings", err=True)
+        click.echo(plural(found, "finding"), err=True)
+    if unusable:
+        sys.exit(2)
+    if exit_code and found:
+        sys.exit(1)
 
 
 def _print_lines(lines: list[str]) -> int:

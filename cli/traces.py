@@ -9,7 +9,8 @@ from pathlib import Path
 
 import click
 
-from ascend_doctor.cli.common import open_store, state_dir_option
+from ascend_doctor.cli.common import group_option, open_store, state_dir_option
+from ascend_doctor.cli.views import plural, when
 from ascend_doctor.collectors.otlp_records import to_otlp_json
 from ascend_doctor.core.events import Severity
 from ascend_doctor.core.store import SpanRecord, Store
@@ -75,8 +76,10 @@ def incident_spans(store: Store, incident_id: int) -> list[SpanRecord]:
 @click.command("show")
 @click.argument("incident_id", type=int)
 @state_dir_option
-def show(incident_id: int, state_dir: Path | None) -> None:
+@click.option("--utc", is_flag=True, default=None, help="Times in UTC instead of local time.")
+def show(incident_id: int, state_dir: Path | None, utc: bool | None) -> None:
     """One incident: what was found, what was decided, and its trace as a waterfall."""
+    in_utc = bool(utc or group_option("utc", None))
     store = open_store(state_dir)
     try:
         try:
@@ -91,7 +94,12 @@ def show(incident_id: int, state_dir: Path | None) -> None:
         f"#{inc.id} {inc.state.value} {Severity(inc.severity).label} {inc.category.value}"
         f" {inc.subject}: {inc.summary}"
     )
-    click.echo(f"  rule {inc.rule}, {inc.attempts} attempt(s)")
+    click.echo(f"  rule {inc.rule}, {plural(inc.attempts, 'attempt')}")
+    click.echo(
+        f"  opened {when(inc.opened_at, in_utc)}"
+        + (f", {inc.state.value} {when(inc.resolved_at, in_utc)}" if inc.resolved_at else "")
+        + ("; acknowledged" if inc.acknowledged else "; not acknowledged")
+    )
     for a in actions:
         click.echo(f"  {a.name:28} {a.outcome.value:9} {a.reason}")
     if not spans:
@@ -113,9 +121,9 @@ def traces_group() -> None:
 @click.option(
     "-o",
     "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
     required=True,
-    help="Where to write the OTLP JSON.",
+    help="Where to write the OTLP JSON (- for standard output).",
 )
 @state_dir_option
 def export(
@@ -135,8 +143,14 @@ def export(
     if not spans:
         what = f"incident {incident_id}" if incident_id is not None else f"trace {trace_id}"
         raise click.ClickException(f"no spans stored for {what}")
-    output.write_text(json.dumps(to_otlp_json(spans), indent=1) + "\n", encoding="utf-8")
-    click.echo(f"wrote {len(spans)} spans of trace {spans[0].trace_id} to {output}")
+    text = json.dumps(to_otlp_json(spans), indent=1) + "\n"
+    done = f"wrote {plural(len(spans), 'span')} of trace {spans[0].trace_id} to {output}"
+    if str(output) == "-":
+        click.echo(text, nl=False)
+        click.echo(done.replace(" to -", " to standard output"), err=True)
+        return
+    output.write_text(text, encoding="utf-8")
+    click.echo(done)
 
 
 __all__ = ["export", "incident_spans", "show", "traces_group", "waterfall"]

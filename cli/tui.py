@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import tarfile
@@ -14,10 +15,9 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ascend_doctor.cli.common import state_dir_option
-from ascend_doctor.core.config_file import default_state_dir
+from ascend_doctor.cli.common import InputError, resolve_state_dir, state_dir_option
 from ascend_doctor.core.errors import DoctorError
-from ascend_doctor.core.store import STORE_NAME
+from ascend_doctor.core.store import STORE_NAME, Store
 
 if TYPE_CHECKING:
     from ascend_doctor.tui.data import Source
@@ -41,7 +41,7 @@ def tui(state_dir: Path | None, store_file: Path | None) -> None:
         raise click.UsageError("give --state-dir or --store, not both")
     if store_file is not None:
         if not store_file.is_file():
-            raise click.ClickException(f"{store_file}: no such store file")
+            raise InputError(f"{store_file}: no such store file")
         from ascend_doctor.cli.bundle_store import is_bundle, store_from_bundle
 
         if is_bundle(store_file):  # a support bundle: its store is rebuilt in a temp dir
@@ -57,13 +57,26 @@ def tui(state_dir: Path | None, store_file: Path | None) -> None:
             finally:
                 shutil.rmtree(work, ignore_errors=True)
             return
+        _check_store(store_file)
         source = Source(store_file)
     else:
-        d = state_dir or default_state_dir()
+        d = resolve_state_dir(state_dir)
         if not (d / STORE_NAME).exists():
-            raise click.ClickException(f"{d / STORE_NAME}: no store here (has the doctor run?)")
+            raise InputError(f"{d / STORE_NAME}: no store here (has the doctor run?)")
         source = Source.for_state_dir(d)
     _run_tui(source)
+
+
+def _check_store(path: Path) -> None:
+    """A file that is not a doctor's store is one line here, not an empty TUI."""
+    try:
+        store = Store(path, readonly=True)
+        try:
+            store.incidents(newest=1)
+        finally:
+            store.close()
+    except (DoctorError, sqlite3.Error) as exc:
+        raise InputError(f"{path}: not an ascend-doctor store: {exc}") from None
 
 
 def _run_tui(source: Source) -> None:

@@ -3,6 +3,7 @@ bundle and the demo share."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from ascend_doctor.core.events import ProcessEvent, Severity
@@ -41,6 +42,19 @@ def incident_dicts(store: Store) -> list[dict[str, Any]]:
     return out
 
 
+def when(at: float | None, utc: bool = False) -> str:
+    """A wall time as an operator reads it: local time with its zone (``--utc``: UTC)."""
+    if at is None:
+        return "-"
+    t = time.gmtime(at) if utc else time.localtime(at)
+    return time.strftime("%Y-%m-%d %H:%M:%S %Z" if not utc else "%Y-%m-%d %H:%M:%S UTC", t)
+
+
+def plural(n: int, word: str, words: str | None = None) -> str:
+    """``1 attempt``, ``2 attempts``."""
+    return f"{n} {word if n == 1 else (words or word + 's')}"
+
+
 def finding_dict(stored: StoredFinding) -> dict[str, Any]:
     """A stored finding as JSON (``findings.json`` of a bundle reads back into the store)."""
     f = stored.finding
@@ -77,4 +91,4 @@ def process_event_dict(event: ProcessEvent) -> dict[str, Any]:
     }
 
 
-__all__ = ["finding_dict", "incident_dicts", "process_event_dict"]
+__all__ = ["finding_dict", "incident_dicts", "plural", "process_event_dict", "when"]

@@ -13,7 +13,7 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 
 from ascend_doctor.core.procs import pid_alive
-from ascend_doctor.tui.data import Source
+from ascend_doctor.tui.data import NoDoctor, Source
 from ascend_doctor.tui.screens import (
     ConfirmScreen,
     HelpScreen,
@@ -136,16 +136,18 @@ class DoctorApp(App[None]):
     def _request(self, kind: str, incident: int | None) -> None:
         def work() -> None:
             try:
-                rid = self.source.add_request(kind, incident)
+                rid, fresh = self.source.add_request(kind, incident, self.alive)
+            except NoDoctor as exc:
+                self.call_from_thread(self.notify, str(exc), severity="warning")
+                return
             except Exception as exc:  # a read-only copy, a full disk: say so
                 self.call_from_thread(
                     self.notify, f"could not ask the doctor: {exc}", severity="error"
                 )
                 return
             about = f" for incident #{incident}" if incident is not None else ""
-            self.call_from_thread(
-                self.notify, f"request #{rid}: {kind}{about} queued for the doctor"
-            )
+            said = "queued for the doctor" if fresh else "already waiting for the doctor"
+            self.call_from_thread(self.notify, f"request #{rid}: {kind}{about} {said}")
 
         self.run_worker(work, thread=True, group="requests")
 

@@ -12,7 +12,7 @@ import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,14 @@ SERVER_LOG = "server.log"
 LOG_TAIL_BYTES = 32 * 1024  # what the overview's log pane reads from the end of the log
 MAX_COUNT_BYTES = 64 << 20  # evidence line numbers are counted in files up to this offset
 HISTORY = 30  # samples per device kept for the sparklines
+
+
+DEMO_DONE = "demo-finished"
+"""The file in which ``ascend-doctor demo`` says its tour is over (the header shows it)."""
+
+
+class NoDoctor(Exception):
+    """A request with no doctor running to carry it out."""
 
 
 class Source:
@@ -62,14 +70,31 @@ class Source:
             finally:
                 store.close()
 
-    def add_request(self, kind: str, incident_id: int | None) -> int:
-        """Ask the daemon for something (the TUI's only write); returns the request id."""
+    def add_request(
+        self, kind: str, incident_id: int | None, alive: Callable[[int], bool] = pid_alive
+    ) -> tuple[int, bool]:
+        """Ask the daemon for something (the TUI's only write): (request id, newly queued).
+        The same request still pending is not queued twice; with no doctor running to carry
+        it out nothing is queued (:class:`NoDoctor`)."""
         with self._lock:
             store = Store(self.store_path)
             try:
-                return store.add_request(kind, incident_id, {"from": "tui"})
+                doctor = store.doctor()
+                if doctor is None or doctor.pid <= 0 or not alive(doctor.pid):
+                    raise NoDoctor("the doctor is not running: nothing was queued")
+                for r in store.requests(pending_only=True):
+                    if (r.kind, r.incident_id) == (kind, incident_id):
+                        return r.id, False
+                return store.add_request(kind, incident_id, {"from": "tui"}), True
             finally:
                 store.close()
+
+    def note(self) -> str:
+        """The demo's last word, once its tour is over (``DEMO_DONE`` in the state dir)."""
+        try:
+            return (self.state_dir / DEMO_DONE).read_text(encoding="utf-8").strip()[:120]
+        except OSError:
+            return ""
 
     def display(self, path: str) -> str:
         """A path as shown: relative to the state dir when under it, else its last two parts."""
@@ -146,6 +171,8 @@ class HeaderView:
     """False when there is no readable store (yet)."""
     problem: str = ""
     """Why the store could not be read."""
+    note: str = ""
+    """What the state dir says of itself: the demo's tour has finished."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,11 +348,13 @@ def incident_row(inc: Any) -> IncidentRow:
 
 
 def load_incidents(store: Store, recent: int = RECENT_INCIDENTS) -> tuple[IncidentRow, ...]:
-    """The open incidents, then the newest others, newest first within each."""
+    """The open incidents, then those waiting for a human (escalated, not acknowledged), then
+    the newest others, newest first within each."""
     active = [incident_row(i) for i in store.incidents(states=ACTIVE_STATES)]
     done = (IncidentState.RESOLVED, IncidentState.ESCALATED)
-    others = [incident_row(i) for i in store.incidents(states=done, newest=recent)]
-    return tuple(reversed(active)) + tuple(reversed(others))
+    others = [incident_row(i) for i in reversed(store.incidents(states=done, newest=recent))]
+    others.sort(key=lambda r: r.acknowledged or r.state != IncidentState.ESCALATED.value)
+    return tuple(reversed(active)) + tuple(others)
 
 
 def read_tail(path: str, max_bytes: int = LOG_TAIL_BYTES) -> tuple[int, list[tuple[int, str]]]:
@@ -370,7 +399,7 @@ def load_overview(source: Source, alive: Callable[[int], bool] = pid_alive) -> O
     """Everything the overview shows, in one read of the store and one of the log."""
     try:
         with source.reader() as store:
-            header = load_header(store, alive)
+            header = replace(load_header(store, alive), note=source.note())
             devices = load_devices(store)
             server = load_server(store)
             incidents = load_incidents(store)

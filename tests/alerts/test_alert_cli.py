@@ -112,9 +112,9 @@ async def test_status_shows_a_sink_that_rejects_alerts(tmp_path: Path, receiver:
     await r.drain()
     r.store.close()
     out = doctor("status", "--state-dir", str(state))
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == 3, out.stderr  # no doctor announced itself in this store
     assert (
-        "alert sink pd (pagerduty): 0 sent, 0 queued, 1 rejected, 1 failed attempts,"
+        "alert sink pd (pagerduty): 0 sent, 0 queued, 1 rejected, 1 failed attempt,"
         " last error: HTTP 403 (rejected) (403 forbidden)" in out.stdout
     )
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -12,6 +13,7 @@ import pytest
 
 from ascend_doctor.core.config import RemediationConfig
 from ascend_doctor.core.events import Category, Finding, ProcessState, Role, Severity
+from ascend_doctor.core.procs import process_start
 from ascend_doctor.core.records import (
     BudgetEntry,
     DoctorStatus,
@@ -50,10 +52,12 @@ def state_with_an_override(tmp_path: Path) -> Path:
     store.set_override("--max-model-len", "arg", "15744", inc.id)
     store.set_launch(LaunchRecord(("vllm", "serve", "m", "--max-model-len", "32768")))
     now = time.time()
-    store.set_server(ServerStatus(ProcessState.RUNNING, 4242, now, "/health answered 200"))
+    me, began = os.getpid(), process_start(os.getpid()) or 0.0  # a live doctor and server
+    store.set_server(ServerStatus(ProcessState.RUNNING, me, now, "/health answered 200", began))
     store.set_doctor(
         DoctorStatus(
-            pid=0,
+            pid=me,
+            proc_start=began,
             started_at=now,
             mode="auto",
             dry_run=False,
@@ -80,7 +84,7 @@ def test_status_shows_the_effective_command_and_where_each_change_came_from(
     state = state_with_an_override(tmp_path)
     out = doctor("status", "--state-dir", str(state))
     assert out.returncode == 0, out.stderr
-    assert "server: RUNNING (pid 4242)" in out.stdout
+    assert f"server: RUNNING (pid {os.getpid()}) since " in out.stdout
     assert "launch: vllm serve m --max-model-len 15744" in out.stdout
     assert "override --max-model-len=15744 (learned from incident #1)" in out.stdout
     # the running doctor's budget (4/h, one step used an hour ago does not count)

@@ -31,7 +31,7 @@ CASES = {
 }
 
 
-def diagnose(*paths: Path) -> dict:  # type: ignore[type-arg]
+def diagnose(*paths: Path, code: int = 0) -> dict:  # type: ignore[type-arg]
     out = subprocess.run(
         [sys.executable, "-m", "ascend_doctor", "diagnose", "--json", *map(str, paths)],
         capture_output=True,
@@ -39,7 +39,7 @@ def diagnose(*paths: Path) -> dict:  # type: ignore[type-arg]
         timeout=120,
         check=False,
     )
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == code, out.stderr
     return json.loads(out.stdout)  # type: ignore[no-any-return]
 
 
@@ -73,7 +73,8 @@ def test_bundle_and_unreadable_files(tmp_path: Path) -> None:
     with tarfile.open(bundle, "w:gz") as tar:
         tar.add(INCIDENTS / "heartbeat-el0001", arcname="logs")
     (tmp_path / "binary.log").write_bytes(b"\0\1\2" * 100)
-    report = diagnose(bundle, tmp_path / "binary.log", tmp_path / "missing.log")
+    # named paths that cannot be read: exit 2, and the rest is still diagnosed
+    report = diagnose(bundle, tmp_path / "binary.log", tmp_path / "missing.log", code=2)
     assert report["root_causes"][0]["category"] == "device_fault"
     assert {u["path"].rsplit("/", 1)[-1]: u["error"] for u in report["unreadable"]} == {
         "binary.log": "binary file, skipped",

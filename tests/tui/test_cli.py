@@ -19,7 +19,7 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_state_dir_without_store_is_a_one_line_error(tmp_path: Path) -> None:
     out = run("--state-dir", str(tmp_path))
-    assert out.returncode == 1
+    assert out.returncode == 2  # unusable input, as for every command
     assert f"{tmp_path / 'doctor.db'}: no store here" in out.stderr
 
 
@@ -31,7 +31,7 @@ def test_store_and_state_dir_together_are_refused(tmp_path: Path) -> None:
 
 def test_missing_store_file(tmp_path: Path) -> None:
     out = run("--store", str(tmp_path / "copy.db"))
-    assert out.returncode == 1
+    assert out.returncode == 2
     assert "no such store file" in out.stderr
 
 

@@ -141,7 +141,7 @@ async def test_log_search_jumps_to_the_match(state: Path) -> None:
 
 
 async def test_acknowledge_adds_a_request_row(state: Path) -> None:
-    app = make_app(state)
+    app = make_app(state, alive=True)
     async with app.run_test(size=(120, 40)) as pilot:
         await shown(pilot, OverviewScreen)
         await pilot.press("a")
@@ -157,7 +157,7 @@ async def test_acknowledge_adds_a_request_row(state: Path) -> None:
 
 
 async def test_next_step_asks_first_and_no_adds_nothing(state: Path) -> None:
-    app = make_app(state)
+    app = make_app(state, alive=True)
     async with app.run_test(size=(120, 40)) as pilot:
         await shown(pilot, OverviewScreen)
         await pilot.press("r")

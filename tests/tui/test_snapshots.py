@@ -124,3 +124,46 @@ def test_confirm_dialog_light_theme(state: Path, snap_compare: SnapCompare) -> N
     assert snap_compare(
         make_app(state, interval=3600), terminal_size=(100, 30), run_before=_settled(open_it)
     )
+
+
+def _incident_two(pilot: Pilot[None]) -> Awaitable[None]:
+    async def go() -> None:
+        pilot.app.open_incident(2)  # type: ignore[attr-defined]
+        await shown(pilot, IncidentScreen)
+
+    return go()
+
+
+def _logs(pilot: Pilot[None]) -> Awaitable[None]:
+    async def go() -> None:
+        await pilot.press("l")
+        screen = await shown(pilot, LogsScreen)
+        view = screen.query_one(LogView)
+        await until(pilot, lambda: view.virtual_size.height == len(LOG_LINES), "log lines")
+
+    return go()
+
+
+def test_incident_80x24(state: Path, snap_compare: SnapCompare) -> None:
+    """Over SSH at 80x24: the summary, the decisions and the whole waterfall."""
+    assert snap_compare(
+        make_app(state, interval=3600), terminal_size=(80, 24), run_before=_settled(_incident_two)
+    )
+
+
+def test_logs_80x24(state: Path, snap_compare: SnapCompare) -> None:
+    assert snap_compare(
+        make_app(state, interval=3600), terminal_size=(80, 24), run_before=_settled(_logs)
+    )
+
+
+def test_overview_160x48(state: Path, snap_compare: SnapCompare) -> None:
+    assert snap_compare(
+        make_app(state, interval=3600), terminal_size=(160, 48), run_before=_settled()
+    )
+
+
+def test_incident_160x48(state: Path, snap_compare: SnapCompare) -> None:
+    assert snap_compare(
+        make_app(state, interval=3600), terminal_size=(160, 48), run_before=_settled(_incident_two)
+    )

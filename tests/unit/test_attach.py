@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from ascend_doctor.agent.attach import AttachedServer, AttachSpec
+from ascend_doctor.agent.attach import AttachedServer, AttachSpec, silent_finding
 from ascend_doctor.agent.supervisor import ExitDecision
 from ascend_doctor.core.config import ServerConfig
 from ascend_doctor.core.errors import ConfigError
-from ascend_doctor.core.events import ProcessEvent, ProcessState
+from ascend_doctor.core.events import Category, ProcessEvent, ProcessState, Role
 
 
 def sleeper() -> subprocess.Popen[bytes]:
@@ -93,3 +93,52 @@ async def test_a_server_restarted_by_its_manager_is_followed_again(tmp_path: Pat
         await asyncio.wait_for(runner, 5)
         if first.poll() is None:
             first.kill()
+
+
+async def test_nothing_answering_is_said_at_once_and_is_down_after_the_start_timeout() -> None:
+    now = [1000.0]
+    events: list[ProcessEvent] = []
+    exits: list[ProcessEvent] = []
+
+    async def probe() -> bool:
+        return False  # nothing listens at the URL
+
+    async def on_exit(event: ProcessEvent) -> ExitDecision:
+        exits.append(event)
+        return ExitDecision.BACKOFF
+
+    async def tick(seconds: float) -> None:
+        now[0] += seconds
+        await asyncio.sleep(0)
+
+    server = AttachedServer(
+        AttachSpec("http://127.0.0.1:1", None),
+        ServerConfig(start_timeout=30.0, health_interval=1.0),
+        probe=probe,
+        on_change=events.append,
+        on_exit=on_exit,
+        command_timeout=5,
+        wall=lambda: now[0],
+        sleep=tick,
+    )
+    runner = asyncio.create_task(server.run())
+    try:
+        for _ in range(10_000):
+            if exits:
+                break
+            await asyncio.sleep(0)
+        first = events[0]
+        assert first.state == ProcessState.STARTING and first.at == 1000.0  # at once
+        assert first.reason == "nothing answers at http://127.0.0.1:1"
+        (down,) = exits
+        assert down.previous == ProcessState.STARTING and down.crashed
+        assert down.reason == "no answer at http://127.0.0.1:1 for 30s"
+        assert 1030.0 < down.at <= 1032.0
+        finding = silent_finding(down)  # what the daemon opens the incident with
+        assert finding.category == Category.SERVER_CRASHED and finding.role == Role.ROOT
+        for _ in range(200):
+            await asyncio.sleep(0)
+        assert len(exits) == 1, "said once, not every start_timeout"
+    finally:
+        await server.shutdown()
+        await asyncio.wait_for(runner, 5)

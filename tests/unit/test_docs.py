@@ -26,6 +26,8 @@ def test_relative_links_resolve(page: Path) -> None:
             continue
         path = (page.parent / target.split("#")[0]).resolve()
         assert path.exists(), f"{page.name}: link to {target} goes nowhere"
+        # true to a fresh clone: nothing outside the repository (../shared/ exists only here)
+        assert path.is_relative_to(ROOT), f"{page.name}: link to {target} leaves the repository"
 
 
 def _command_lines(text: str) -> list[str]:

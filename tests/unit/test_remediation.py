@@ -9,6 +9,7 @@ import pytest
 
 from ascend_doctor.agent.incidents import IncidentManager
 from ascend_doctor.agent.remediation import Context, HostTools, Remediator
+from ascend_doctor.agent.remediation.policy import acknowledge_incident
 from ascend_doctor.core.config import IncidentsConfig, RemediationConfig
 from ascend_doctor.core.events import Category, Finding, IncidentState, Role, Severity
 from ascend_doctor.core.launch import LaunchSpec
@@ -342,7 +343,7 @@ async def test_circuit_breaker_until_acknowledged(tmp_path: Path) -> None:
     assert "npu_oom was remediated 2 times in 24h: a human must look" in (
         w.store.actions(inc_id)[0].reason
     )
-    w.remediator.policy.acknowledge("npu_oom")
+    acknowledge_incident(w.incidents, inc_id, lambda: w.now)  # what `incidents ack` does
     w.now += 1
     (inc_id,) = w.incidents.ingest([w.finding("torch-npu-oom", {}, 40)])
     assert (await w.remediator.remediate(inc_id)).restart

@@ -6,7 +6,9 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
+from textual.binding import Binding
 from textual.screen import Screen
+from textual.widgets import Input
 
 if TYPE_CHECKING:
     from ascend_doctor.tui.app import DoctorApp
@@ -92,4 +94,21 @@ class RefreshingScreen(Screen[None], Generic[T]):
         self.notify(f"{type(exc).__name__}: {exc}", severity="error", timeout=3)
 
 
-__all__ = ["RefreshingScreen"]
+def search_key(action: str, description: str) -> Binding:
+    """``/`` opening a screen's search or filter box. A priority key, acted on as it arrives:
+    the box has the focus before the next key is dispatched (over SSH a burst like "/qa"
+    arrives in one read; handled late, the "q" after it would reach the widget that had the
+    focus, and the quit key)."""
+    return Binding("slash", action, description, priority=True)
+
+
+def slash_typed(screen: Screen[None]) -> bool:
+    """``/`` inside a box is a character, not the key that opens it: typed, True."""
+    focused = screen.focused
+    if isinstance(focused, Input):
+        focused.insert_text_at_cursor("/")
+        return True
+    return False
+
+
+__all__ = ["RefreshingScreen", "search_key", "slash_typed"]

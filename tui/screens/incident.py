@@ -75,7 +75,8 @@ class IncidentScreen(RefreshingScreen[IncidentDetail]):
         head.append(f"opened {date_time(inc.opened_at)}")
         if inc.resolved_at:
             head.append(f", {inc.state} {date_time(inc.resolved_at)}")
-        head.append(f", {inc.attempts} attempt(s), rule {data.rule}\n")
+        tries = f"{inc.attempts} attempt" + ("" if inc.attempts == 1 else "s")
+        head.append(f", {tries}, rule {data.rule}\n")
         head.append(data.explanation, style="italic")
         self.query_one("#inc-summary", Static).update(head)
         self.query_one(DecisionsTable).show(data.actions)

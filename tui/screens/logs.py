@@ -13,7 +13,7 @@ from textual.widgets import Footer, Input, OptionList, Static
 from textual.widgets.option_list import Option
 
 from ascend_doctor.tui.logindex import LineIndex
-from ascend_doctor.tui.screens.base import RefreshingScreen
+from ascend_doctor.tui.screens.base import RefreshingScreen, search_key, slash_typed
 from ascend_doctor.tui.widgets import LogView
 
 INDEX_STEP = 4 << 20  # bytes indexed per refresh: a big file is indexed over a few refreshes
@@ -37,7 +37,7 @@ class LogsScreen(RefreshingScreen[LogsData]):
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "back_or_clear", "back"),
-        Binding("slash", "search", "search"),
+        search_key("search", "search"),
         Binding("n", "next_match", "next"),
         Binding("N", "previous_match", "previous"),
         Binding("end", "follow", "follow", show=False),
@@ -130,14 +130,17 @@ class LogsScreen(RefreshingScreen[LogsData]):
 
     def action_search(self) -> None:
         """``/``: show and focus the search box."""
+        if slash_typed(self):
+            return
         box = self.query_one(Input)
         box.add_class("open")
-        box.focus()
+        # now, not at the next idle as focus() would: keys typed right after / go to the box
+        self.set_focus(box)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         """Search forward from the current position."""
         self.query_one(LogView).needle = event.value
-        self.query_one(LogView).focus()
+        self.set_focus(self.query_one(LogView))
         self._search(forward=True)
 
     def action_next_match(self) -> None:
@@ -185,7 +188,7 @@ class LogsScreen(RefreshingScreen[LogsData]):
             view.needle = ""
             view.match_line = None
             view.refresh()
-            view.focus()
+            self.set_focus(view)
         else:
             self.doctor.action_go_back()
 

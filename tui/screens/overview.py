@@ -12,7 +12,7 @@ from textual.widgets import Footer, Static
 
 from ascend_doctor.tui.data import Overview, load_overview
 from ascend_doctor.tui.messages import OpenIncident
-from ascend_doctor.tui.screens.base import RefreshingScreen
+from ascend_doctor.tui.screens.base import RefreshingScreen, search_key, slash_typed
 from ascend_doctor.tui.widgets import DevicesTable, HeaderBar, IncidentsTable, LogPane, ServerPanel
 
 COMPACT_BELOW = 110  # columns under which the devices table drops its trend columns
@@ -22,7 +22,7 @@ class OverviewScreen(RefreshingScreen[Overview]):
     """What is wrong, what the doctor did, and what the log says, on one screen."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("slash", "filter", "filter"),
+        search_key("filter", "filter"),
         Binding("escape", "clear_filter", "clear filter", show=False),
         Binding("t", "app.traces", "traces"),
         Binding("l", "app.logs", "logs"),
@@ -49,7 +49,7 @@ class OverviewScreen(RefreshingScreen[Overview]):
         now = self.doctor.clock()
         self.query_one(HeaderBar).show(data.header, now)
         self.query_one(DevicesTable).show(data.devices)
-        self.query_one(ServerPanel).show(data.server, now)
+        self.query_one(ServerPanel).show(data.server, now, data.header.server_state)
         self.query_one(IncidentsTable).show(data.incidents, now)
         title = self.doctor.source.display(data.log_path) if data.log_path else ""
         self.query_one(LogPane).show(data.log_path, title, data.log_lines)
@@ -73,14 +73,14 @@ class OverviewScreen(RefreshingScreen[Overview]):
 
     def action_filter(self) -> None:
         """``/``: filter the log."""
+        if slash_typed(self):
+            return
         self.query_one(LogPane).open_filter()
 
     def action_clear_filter(self) -> None:
         """``esc``: clear the log filter."""
-        if not self.query_one(LogPane).clear_filter():
-            self.query_one(IncidentsTable).focus()
-        else:
-            self.query_one(IncidentsTable).focus()
+        self.query_one(LogPane).clear_filter()
+        self.set_focus(self.query_one(IncidentsTable))
 
     def on_open_incident(self, message: OpenIncident) -> None:
         """Open the incident screen."""

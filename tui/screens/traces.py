@@ -12,7 +12,7 @@ from textual.widgets import Footer, Input, Static
 from ascend_doctor.core.store import SpanRecord
 from ascend_doctor.tui.detail import TraceRow, load_trace, load_traces
 from ascend_doctor.tui.messages import OpenTrace, SpanChosen
-from ascend_doctor.tui.screens.base import RefreshingScreen
+from ascend_doctor.tui.screens.base import RefreshingScreen, search_key, slash_typed
 from ascend_doctor.tui.widgets import SpanDetail, TracesTable, Waterfall
 
 
@@ -21,7 +21,7 @@ class TracesScreen(RefreshingScreen[tuple[TraceRow, ...]]):
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "back_or_clear", "back"),
-        Binding("slash", "filter", "filter"),
+        search_key("filter", "filter"),
     ]
 
     def compose(self) -> ComposeResult:
@@ -48,9 +48,12 @@ class TracesScreen(RefreshingScreen[tuple[TraceRow, ...]]):
 
     def action_filter(self) -> None:
         """``/``: show and focus the filter."""
+        if slash_typed(self):
+            return
         box = self.query_one(Input)
         box.add_class("open")
-        box.focus()
+        # now, not at the next idle as focus() would: keys typed right after / go to the box
+        self.set_focus(box)
 
     def on_input_changed(self, event: Input.Changed) -> None:
         """Filter as the operator types."""
@@ -59,7 +62,7 @@ class TracesScreen(RefreshingScreen[tuple[TraceRow, ...]]):
     def on_input_submitted(self, event: Input.Submitted) -> None:
         """``enter`` keeps the filter and goes back to the table."""
         event.input.remove_class("open")
-        self.query_one(TracesTable).focus()
+        self.set_focus(self.query_one(TracesTable))
 
     def action_back_or_clear(self) -> None:
         """``esc``: clear the filter first, then go back."""
@@ -68,7 +71,7 @@ class TracesScreen(RefreshingScreen[tuple[TraceRow, ...]]):
             box.value = ""
             box.remove_class("open")
             self.query_one(TracesTable).set_filter("")
-            self.query_one(TracesTable).focus()
+            self.set_focus(self.query_one(TracesTable))
         else:
             self.doctor.action_go_back()
 

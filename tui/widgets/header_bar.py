@@ -28,6 +28,8 @@ class HeaderBar(Static):
         else:
             line.append("doctor NOT running: last known state", style=pal.state("failed"))
         line.append(f"  mode {view.mode}")
+        if view.note:
+            line.append(f"  {view.note}", style="bold")
         line.append("\n server ")
         line.append(view.server_state, style=pal.state(view.server_state))
         if view.server_state == "RUNNING" and view.server_since is not None:

@@ -33,6 +33,9 @@ class IncidentsTable(DataTable[Any]):
         if rows == self._shown and bucket == self._now_bucket:
             return
         keep = self.selected_id()
+        # on the first row the cursor follows the newest incident, which stays in view; an
+        # operator who moved down keeps the incident they chose
+        newest = keep is None or self.cursor_row == 0
         pal = Palette.of(self.app)
         self.clear()
         for r in rows:
@@ -48,8 +51,11 @@ class IncidentsTable(DataTable[Any]):
                 key=str(r.id),
             )
         self._shown, self._now_bucket = rows, bucket
-        if keep is not None and str(keep) in self.rows:
+        if not newest and keep is not None and str(keep) in self.rows:
             self.move_cursor(row=self.get_row_index(str(keep)))
+        else:
+            self.move_cursor(row=0)
+            self.scroll_home(animate=False)
 
     def selected_id(self) -> int | None:
         """The incident under the cursor."""

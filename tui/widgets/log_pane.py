@@ -83,7 +83,8 @@ class LogPane(Vertical):
         """Show and focus the filter input."""
         box = self.query_one(Input)
         box.add_class("open")
-        box.focus()
+        # now, not at the next idle as focus() would: keys typed right after / go to the box
+        self.screen.set_focus(box)
 
     def on_input_changed(self, event: Input.Changed) -> None:
         """Filter as the operator types."""
@@ -94,7 +95,7 @@ class LogPane(Vertical):
         """``enter`` keeps the filter and gives the focus back."""
         event.stop()
         event.input.remove_class("open")
-        self.query_one(RichLog).focus()
+        self.screen.set_focus(self.query_one(RichLog))
 
     def clear_filter(self) -> bool:
         """Clear and hide the filter; False when there was none."""

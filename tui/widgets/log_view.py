@@ -32,6 +32,9 @@ class LogView(ScrollView, can_focus=True):
         Binding("pagedown", "page_down", "page down", show=False),
         Binding("home", "scroll_home", "top", show=False),
         Binding("end", "follow", "end", show=False),
+        # long lines scroll sideways (a narrow SSH terminal cuts nothing for good)
+        Binding("left", "scroll_left", "left", show=False),
+        Binding("right", "scroll_right", "right", show=False),
     ]
 
     def __init__(self, **kw: Any) -> None:

@@ -14,8 +14,9 @@ STALE = 60.0  # seconds after which the newest sample no longer says how the ser
 class ServerPanel(Static):
     """A few lines from the newest vLLM sample."""
 
-    def show(self, view: ServerView, now: float) -> None:
-        """Render ``view`` as of ``now``."""
+    def show(self, view: ServerView, now: float, state: str = "RUNNING") -> None:
+        """Render ``view`` as of ``now``; ``state`` is the supervisor's (a stopped server is
+        said to be stopped, not to fail its health check)."""
         pal = Palette.of(self.app)
         out = Text()
         if view.at is None:
@@ -23,11 +24,15 @@ class ServerPanel(Static):
             self.update(out)
             return
         health = view.health_status
-        out.append("health ")
-        out.append(
-            "200 OK" if health == 200 else f"down ({health})",
-            style=pal.state("OK" if health == 200 else "failed"),
-        )
+        if state in ("RUNNING", "not supervised"):
+            out.append("health ")
+            out.append(
+                "200 OK" if health == 200 else f"down ({health or 'no answer'})",
+                style=pal.state("OK" if health == 200 else "failed"),
+            )
+        else:
+            out.append(f"server {state}", style=pal.state(state))
+            out.append(" (last sample)", style="dim")
         age = now - view.at
         out.append(f"  {ago(age)} ago" + (" (stale)" if age > STALE else "") + "\n", style="dim")
         out.append(f"running {_n(view.running, '{:.0f}')}  waiting {_n(view.waiting, '{:.0f}')}\n")

@@ -32,7 +32,8 @@ class SpanDetail(VerticalScroll):
             out.append(f"start {date_time(span.start_ns / 1e9)}\n", style="dim")
             out.append("status ")
             out.append(
-                span.status + "\n",
+                # OpenTelemetry's "unset" is the default: the span ended without an error
+                ("no error recorded" if span.status == "unset" else span.status) + "\n",
                 style=pal.severity(30) if span.status.startswith("error") else "",
             )
             out.append(f"span {span.span_id}\n", style="dim")

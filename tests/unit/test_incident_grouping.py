@@ -1,0 +1,125 @@
+"""One fault is one incident (issue 19): findings of the same failure from another source, or
+from the next failed start, join the incident already escalated for it instead of paging again."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ascend_doctor.agent.incidents import IncidentManager
+from ascend_doctor.core.config import IncidentsConfig
+from ascend_doctor.core.events import Finding, IncidentState
+from ascend_doctor.core.store import Store
+from ascend_doctor.rules import load_rules
+
+RULES = load_rules()
+BY_ID = {r.id: r for r in [*RULES.text, *RULES.thresholds]}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> tuple[IncidentManager, Store, Clock]:
+    store = Store.in_dir(tmp_path)
+    clock = Clock()
+    return IncidentManager(store, IncidentsConfig(window=120.0), clock=clock), store, clock
+
+
+def finding(rule: str, clock: Clock, *, subject: str = "server", offset: int = -1) -> Finding:
+    r = BY_ID[rule]
+    return Finding(
+        rule=rule,
+        category=r.category,
+        severity=r.severity,
+        role=r.role,
+        subject=subject,
+        summary=rule,
+        at=clock.now,
+        path="server.log" if offset >= 0 else "",
+        offset=offset,
+        remediation=r.remediation,
+    )
+
+
+def test_npu_smi_after_an_escalated_heartbeat_loss_joins_it(world: Any) -> None:
+    incidents, store, clock = world
+    (first,) = incidents.ingest(
+        [finding("drv-soft-fault-heartbeat-lost", clock, subject="npu0", offset=10)]
+    )
+    incidents.escalate(first, "device resets are not allowed")
+    clock.now += 0.011  # 11 ms later npu-smi's Health column says Critical
+    assert incidents.ingest([finding("npu-smi-health-not-ok", clock, subject="npu0")]) == []
+    (only,) = store.incidents()
+    assert only.id == first and only.state == IncidentState.ESCALATED
+    assert [x.finding.rule for x in store.findings(first)] == [
+        "drv-soft-fault-heartbeat-lost",
+        "npu-smi-health-not-ok",
+    ]
+
+
+def test_the_plog_line_after_an_escalated_npu_smi_report_joins_it(world: Any) -> None:
+    incidents, store, clock = world
+    (first,) = incidents.ingest([finding("npu-smi-health-not-ok", clock, subject="npu0")])
+    incidents.escalate(first, "device resets are not allowed")
+    clock.now += 2
+    late = [finding("rt-task-scheduler-lost-heartbeat", clock, offset=40)]  # subject server
+    assert incidents.ingest(late) == []
+    assert len(store.incidents()) == 1
+
+
+def test_repeated_failed_starts_on_a_dead_card_are_one_incident(world: Any) -> None:
+    incidents, store, clock = world
+    (first,) = incidents.ingest([finding("rt-set-device-failed", clock, offset=100)])
+    incidents.escalate(first, "no step left")
+    for n in range(1, 6):  # each start fails the same way, the backoff capped at 60 s
+        clock.now += 60
+        assert incidents.ingest([finding("rt-set-device-failed", clock, offset=100 + n)]) == []
+    assert len(store.incidents()) == 1
+    assert len(store.findings(first)) == 6
+
+
+def test_a_symptom_after_the_escalation_joins_the_root(world: Any) -> None:
+    incidents, store, clock = world
+    (first,) = incidents.ingest(
+        [finding("drv-soft-fault-heartbeat-lost", clock, subject="npu3", offset=1)]
+    )
+    incidents.escalate(first, "refused")
+    clock.now += 1
+    assert incidents.ingest([finding("vllm-engine-dead", clock, offset=90)]) == []
+    assert len(store.incidents()) == 1
+
+
+def test_after_an_acknowledgement_or_a_quiet_window_the_fault_is_new(world: Any) -> None:
+    incidents, _, clock = world
+    (first,) = incidents.ingest([finding("rt-set-device-failed", clock, offset=1)])
+    incidents.escalate(first, "no step left")
+    clock.now += 121  # quiet for longer than the window
+    (second,) = incidents.ingest([finding("rt-set-device-failed", clock, offset=2)])
+    assert second != first
+    incidents.escalate(second, "no step left")
+    incidents.acknowledge(second)
+    clock.now += 1  # acknowledged: a human has it; what comes next is new
+    (third,) = incidents.ingest([finding("rt-set-device-failed", clock, offset=3)])
+    assert third not in (first, second)
+
+
+def test_a_resolved_incident_takes_only_older_evidence(world: Any) -> None:
+    incidents, _, clock = world
+    (first,) = incidents.ingest(
+        [finding("drv-soft-fault-heartbeat-lost", clock, subject="npu3", offset=1)]
+    )
+    late = finding("npu-smi-health-not-ok", clock, subject="npu3")  # sampled before the fix
+    clock.now += 10
+    incidents.resolve(first, "verified")
+    assert incidents.ingest([late]) == []
+    clock.now += 1  # after verification: the card failed again
+    (again,) = incidents.ingest([finding("npu-smi-health-not-ok", clock, subject="npu3")])
+    assert again != first
