@@ -56,14 +56,10 @@ Check every sink: ``ascend-doctor alerts test``.
 
 from __future__ import annotations
 
-from . import alertmanager, command, pagerduty, slack, webhook
-from .base import SINKS, Sink
+from ascend_doctor.sinks import SCHEMA, SINKS, Alert, Delivery, Kind, Sink
+
 from .delivery import Deliverer, TokenBucket
 from .listener import AlertListener, build_sinks
-from .model import SCHEMA, Alert, Delivery, Kind
-
-SINK_MODULES = (alertmanager, command, pagerduty, slack, webhook)
-"""Importing them registers the sinks."""
 
 __all__ = [
     "SCHEMA",

@@ -24,10 +24,10 @@ import httpx
 from ascend_doctor.core.events import Incident, IncidentState
 from ascend_doctor.core.records import SinkStatus
 from ascend_doctor.core.store import AlertRow
+from ascend_doctor.sinks.base import Sink
+from ascend_doctor.sinks.model import Alert, Delivery, Kind
 
-from .base import Sink
 from .listener import LIVE, AlertListener
-from .model import Alert, Delivery, Kind
 from .routing import silenced_by
 
 log = logging.getLogger(__name__)

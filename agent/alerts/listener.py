@@ -23,9 +23,9 @@ from ascend_doctor.core.events import (
 )
 from ascend_doctor.core.store import Store, StoreListener
 from ascend_doctor.rules import RuleSet
+from ascend_doctor.sinks.base import SINKS, Sink
+from ascend_doctor.sinks.model import SUMMARY_MAX, Alert, Kind, clip
 
-from .base import SINKS, Sink
-from .model import SUMMARY_MAX, Alert, Kind, clip
 from .routing import route, silenced_by
 
 log = logging.getLogger(__name__)

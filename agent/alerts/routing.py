@@ -13,8 +13,7 @@ from collections.abc import Sequence
 from ascend_doctor.core.config import AlertRouteConfig
 from ascend_doctor.core.events import Incident, Severity
 from ascend_doctor.core.store import Silence
-
-from .base import Sink
+from ascend_doctor.sinks.base import Sink
 
 
 def route(

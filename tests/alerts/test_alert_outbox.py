@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from alerts_support import FakeClock, Receiver, alerts_config, open_incident, rig, sink
 
-from ascend_doctor.agent.alerts.alertmanager import ALERTNAME
 from ascend_doctor.core.config import AlertRouteConfig
 from ascend_doctor.core.events import Category, IncidentState, Severity
+from ascend_doctor.sinks.alertmanager import ALERTNAME
 
 KEY = "pd-routing-key-0123456789"
 ENV = {"PD_KEY": KEY}

@@ -13,7 +13,6 @@ import pytest
 from alerts_support import FakeClock, Receiver, alerts_config, open_incident, rig, sink
 
 from ascend_doctor.agent.alerts import Alert
-from ascend_doctor.agent.alerts.pagerduty import PAYLOAD_MAX, event
 from ascend_doctor.core.events import (
     ActionResult,
     Category,
@@ -22,6 +21,7 @@ from ascend_doctor.core.events import (
     Severity,
 )
 from ascend_doctor.core.store import Store
+from ascend_doctor.sinks.pagerduty import PAYLOAD_MAX, event
 
 KEY = "R0UT1NGKEY-abcdef0123456789"
 

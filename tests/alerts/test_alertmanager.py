@@ -17,8 +17,8 @@ import httpx
 import pytest
 from alerts_support import Receiver
 
-from ascend_doctor.agent.alerts.alertmanager import ALERTNAME
 from ascend_doctor.cli.demo import free_port
+from ascend_doctor.sinks.alertmanager import ALERTNAME
 from tests.conftest import poll
 
 pytestmark = pytest.mark.integration

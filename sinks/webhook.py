@@ -7,7 +7,7 @@ HMAC-SHA256 of ``<timestamp>.<body>`` under the secret. A receiver recomputes it
 old timestamps (replays). Configured ``headers`` are added (``"Name: value"``; ``env:VAR``
 values are read from the environment when sent).
 
-A body (schema v1; every field is documented on ``ascend_doctor.agent.alerts.model.Alert``)::
+A body (schema v1; every field is documented on ``ascend_doctor.sinks.model.Alert``)::
 
     {"schema": "ascend-doctor.alert/v1", "kind": "trigger", "event": "escalated",
      "dedup_key": "ascend-doctor:node-7:12:1796234242", "host": "node-7",
