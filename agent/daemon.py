@@ -35,6 +35,7 @@ from ascend_doctor.agent.supervisor import ExitDecision, Supervisor
 from ascend_doctor.agent.telemetry import Telemetry
 from ascend_doctor.agent.verify import Verifier
 from ascend_doctor.collectors import CollectorContext
+from ascend_doctor.collectors.evidence import Keeper
 from ascend_doctor.collectors.npu_smi import npu_smi_binary
 from ascend_doctor.core.config import Config
 from ascend_doctor.core.events import Finding, ProcessEvent, ProcessState, Sample
@@ -95,6 +96,16 @@ class Daemon:
         )
         self.store.listeners.append(self.telemetry)
         self.server = ServerHandle(self._process(), self.effective_spec, self._server_env())
+        # what a live server looked like, kept before any restart or reset of it (issue 20)
+        self.evidence = Keeper.from_config(
+            config.evidence,
+            state_dir / "diagnostics",
+            pid=lambda: self.server.pid,
+            devices=lambda: self.server.spec().devices(self.server.base_env),
+            log_paths=self.logs.paths,
+            npu_smi=self._npu_smi_binary(),
+            metrics_url=lambda: self.server_url and self.server_url + "/metrics",
+        )
         self.profiler = ServerProfiler(
             self.store, config.profiling, lambda: self.server_url if spec else "", self.torch_dir
         )
@@ -106,8 +117,7 @@ class Daemon:
                 host=HostTools(
                     npu_smi=config.collectors.npu_smi.path,
                     npu_smi_timeout=config.collectors.npu_smi.timeout,
-                    diagnostics_dir=state_dir / "diagnostics",
-                    log_paths=self.logs.paths,
+                    evidence=self.evidence,
                     profile=self.profiler.capture if config.profiling.enabled else None,
                 ),
                 sleep=asyncio.sleep,
@@ -201,12 +211,20 @@ class Daemon:
             on_change=self._on_change,
             on_exit=self._on_exit,
             base_env=self.base_env,
+            before_restart=lambda why: self._keep_evidence("unhealthy", why),
         )
 
     def _collectors(self) -> list[CollectorRunner]:
         cfg = self.config.collectors
         ctx = CollectorContext(
-            cfg, self.server_url, lambda: self.server.pid, self._npu_smi_binary()
+            cfg,
+            self.server_url,
+            lambda: self.server.pid,
+            self._npu_smi_binary(),
+            state_dir=self.state_dir,
+            launch_key=lambda: " ".join(self.effective_spec().argv),
+            busy=lambda: self.decider.busy,
+            attached=self.attach is not None,
         )
         return build_runners(
             ctx,
@@ -316,7 +334,17 @@ class Daemon:
             return await self.remediator.remediate(incident_id)
 
     async def _on_exit(self, event: ProcessEvent) -> ExitDecision:
+        if event.crashed:
+            await self._keep_evidence("crash", event.reason)
         return await self.decider.on_exit()
+
+    async def _keep_evidence(self, name: str, reason: str) -> None:
+        """The supervisor restarts the server: keep what it looked like first."""
+        if self.config.evidence.on_supervisor_restart:
+            try:
+                await self.evidence.take(name, reason)
+            except Exception:  # a failing part is logged and isolated; the restart goes on
+                log.exception("evidence before the %s restart not kept", name)
 
     def _on_change(self, event: ProcessEvent) -> None:
         if event.pid is not None:

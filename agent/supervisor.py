@@ -86,6 +86,7 @@ class Supervisor:
         on_change: Callable[[ProcessEvent], None],
         on_exit: Callable[[ProcessEvent], Awaitable[ExitDecision]],
         base_env: Mapping[str, str] | None = None,
+        before_restart: Callable[[str], Awaitable[None]] | None = None,
         backoff: Backoff | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
@@ -98,6 +99,7 @@ class Supervisor:
         self._on_change = on_change
         self._on_exit = on_exit
         self._base_env = dict(os.environ if base_env is None else base_env)
+        self._before_restart = before_restart  # keeps the evidence of a live, unhealthy server
         self.backoff = backoff or Backoff(config.backoff_initial, config.backoff_max)
         self._clock = clock
         self._wall = wall
@@ -286,6 +288,8 @@ class Supervisor:
             misses += 1
             if misses >= self.config.probe_failures:
                 log.error("server failed %d health probes in a row; restarting it", misses)
+                if self._before_restart is not None:
+                    await self._before_restart(f"{misses} health probes failed in a row")
                 return
 
     async def _wait_any(self, proc: asyncio.subprocess.Process, seconds: float) -> None:

@@ -37,6 +37,8 @@ TOUR = (
     "device-fault",
     "graph-capture",
     "hang",
+    "stuck-idle",
+    "garbled-output",
     "slow-decode",
     "device-busy",
     "crash-loop",
@@ -78,6 +80,8 @@ def demo_config() -> Config:
             # the latency baseline is the first healthy seconds, not the first hour
             vllm=dataclasses.replace(base.collectors.vllm, interval=1.0, baseline_seconds=4.0),
             process=dataclasses.replace(base.collectors.process, interval=1.0),
+            # a canary a second, answered within two: a stuck server is seen in seconds
+            canary=dataclasses.replace(base.collectors.canary, interval=1.0, timeout=2.0),
         ),
         rules=dataclasses.replace(base.rules, dirs=(*base.rules.dirs, str(_demo_rules()))),
         # the slow-decode scenario's capture_profile; the advisor would take most of the tour

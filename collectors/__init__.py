@@ -6,11 +6,11 @@ the store's collector status and the log field. The daemon runs every enabled en
 hands chunks to the rules instead of samples.
 """
 
-from ascend_doctor.collectors import npu_smi, process, vllm
+from ascend_doctor.collectors import canary, npu_smi, process, vllm
 from ascend_doctor.collectors.base import Collector, CollectorContext, CollectorSpec
 
 REGISTRY: dict[str, CollectorSpec] = {
-    spec.name: spec for spec in (npu_smi.SPEC, vllm.SPEC, process.SPEC)
+    spec.name: spec for spec in (npu_smi.SPEC, vllm.SPEC, process.SPEC, canary.SPEC)
 }
 """Every collector by its registered name, in the order they start."""
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 from ascend_doctor.core.config import CollectorsConfig
@@ -40,6 +41,14 @@ class CollectorContext:
     """The server's main pid now (None while it has none)."""
     npu_smi: str
     """The npu-smi binary, resolved on the server's PATH."""
+    state_dir: Path | None = None
+    """Where a collector may keep what it learned across doctor restarts (None: nowhere)."""
+    launch_key: Callable[[], str] = lambda: ""
+    """Names the server's launch now (model and flags): what a launch learned is its own."""
+    busy: Callable[[], bool] = lambda: False
+    """True while a remediation step runs: a collector that asks the server waits."""
+    attached: bool = False
+    """The server is someone else's (``watch --attach``)."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +68,8 @@ class CollectorSpec:
     while_running: bool = False
     """Runs only while the server is RUNNING (it asks the server itself), and waits one
     interval before its first run."""
+    in_attach: Callable[[CollectorsConfig], bool] = lambda cfg: True
+    """Whether it runs against an attached server (one that sends requests asks first)."""
 
 
 __all__ = ["Collector", "CollectorContext", "CollectorSpec"]

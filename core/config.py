@@ -110,6 +110,26 @@ class ProcessConfig:
 
 
 @dataclass(frozen=True)
+class CanaryConfig:
+    """The canary: a small deterministic completion the server must answer right."""
+
+    enabled: bool = True
+    """Send canaries while the server is RUNNING (never while it starts or is remediated)."""
+    interval: float = 60.0
+    """Seconds between canaries."""
+    timeout: float = 10.0
+    """Seconds a canary waits for its answer before it counts as unanswered."""
+    prompt: str = "The capital of France is"
+    """The prompt; the first good answer of each launch is its reference."""
+    max_tokens: int = 8
+    """Tokens asked for (greedy, seeded)."""
+    seed: int = 0
+    """The request's seed."""
+    attach: bool = False
+    """Also send canaries to an attached server (off: attach mode sends it nothing)."""
+
+
+@dataclass(frozen=True)
 class CollectorsConfig:
     """Collectors by registered name."""
 
@@ -119,6 +139,8 @@ class CollectorsConfig:
     """``[collectors.vllm]``."""
     process: ProcessConfig = field(default_factory=ProcessConfig)
     """``[collectors.process]``."""
+    canary: CanaryConfig = field(default_factory=CanaryConfig)
+    """``[collectors.canary]``."""
 
 
 @dataclass(frozen=True)
@@ -332,6 +354,24 @@ class TracingConfig:
 
 
 @dataclass(frozen=True)
+class EvidenceConfig:
+    """What is kept of a live server before it is restarted or reset."""
+
+    keep: int = 50
+    """Snapshots kept under ``<state dir>/diagnostics`` (the oldest go first)."""
+    max_mb: float = 512.0
+    """Megabytes all snapshots may take together."""
+    stacks: bool = True
+    """Dump the Python stacks of every server process (``py-spy dump`` when installed,
+    the ``stacks`` extra; else the threads' kernel side from /proc)."""
+    py_spy: str = "py-spy"
+    """The py-spy binary."""
+    on_supervisor_restart: bool = True
+    """Also before the supervisor restarts a server that failed its health probes or
+    crashed, not only before remediation steps."""
+
+
+@dataclass(frozen=True)
 class Config:
     """The whole configuration."""
 
@@ -355,6 +395,8 @@ class Config:
     """``[telemetry]``."""
     tracing: TracingConfig = field(default_factory=TracingConfig)
     """``[tracing]``."""
+    evidence: EvidenceConfig = field(default_factory=EvidenceConfig)
+    """``[evidence]``."""
 
 
 CHOICES: dict[str, tuple[str, ...]] = {
@@ -380,6 +422,11 @@ POSITIVE = {
     "collectors.process.interval",
     "collectors.vllm.timeout",
     "collectors.vllm.baseline_seconds",
+    "collectors.canary.interval",
+    "collectors.canary.timeout",
+    "collectors.canary.max_tokens",
+    "evidence.keep",
+    "evidence.max_mb",
     "remediation.command_timeout",
     "remediation.probe_timeout",
     "alerts.poll_interval",
@@ -402,8 +449,10 @@ __all__ = [
     "AlertRouteConfig",
     "AlertSinkConfig",
     "AlertsConfig",
+    "CanaryConfig",
     "CollectorsConfig",
     "Config",
+    "EvidenceConfig",
     "IncidentsConfig",
     "LogsConfig",
     "NpuSmiConfig",

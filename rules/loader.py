@@ -15,7 +15,7 @@ from ascend_doctor.core.events import Category, PlannedAction, Role, Severity
 
 SOURCES = ("server", "plog", "device", "slog", "host")
 """Log streams a text rule may read."""
-SAMPLE_SOURCES = ("npu_smi", "vllm", "process")
+SAMPLE_SOURCES = ("npu_smi", "vllm", "process", "canary")
 """Collectors a threshold rule may read."""
 OPS = ("==", "!=", ">", ">=", "<", "<=")
 

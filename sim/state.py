@@ -155,10 +155,14 @@ QUIRKS = {
     "graph_capture": ("fail",),
     "hang": ("once",),
     "aicore": ("always",),
+    "stuck": ("once",),
+    "garbled": ("exclamation", "empty"),
 }
 """Host behaviours a scenario can switch on: ACL graph capture fails (an HDK without the
 stream resources capture needs), the next request hangs the engine once, or every start dies
-of an AI Core exception (a failure no remediation step fixes)."""
+of an AI Core exception (a failure no remediation step fixes); the engine's busy loop sticks
+once before it schedules the next request, with nothing running (vllm-project/vllm#17972);
+completions turn to ``!!!!`` or nothing (vllm-project/vllm-ascend#445, #6980)."""
 
 
 def take_quirk(path: Path, name: str) -> str | None:

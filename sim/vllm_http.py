@@ -20,6 +20,7 @@ from typing import Any
 from ascend_doctor.sim.engine_client import EngineClient
 from ascend_doctor.sim.engine_core import ServeConfig
 from ascend_doctor.sim.otlp import RequestTiming, SpanSender
+from ascend_doctor.sim.state import read_state, state_path_from_env
 from ascend_doctor.sim.versions import VersionProfile
 from ascend_doctor.sim.vlog import VllmOut
 
@@ -60,6 +61,27 @@ def _sampling_params(max_tokens: int, body: dict[str, Any]) -> str:
         "spaces_between_special_tokens=True, truncate_prompt_tokens=None, "
         "structured_outputs=None, extra_args=None)"
     )
+
+
+ANSWER = "Paris. It is the capital and the largest city of France, on the Seine".split()
+"""What the fake model answers, one word a token: greedy decoding is deterministic, so the
+same request gets the same text every time, as vLLM's does with temperature 0."""
+
+
+def answer(max_tokens: int) -> str:
+    """The completion of ``max_tokens`` tokens; garbled while the host's ``garbled`` quirk is
+    on. A model whose numerics broke (a precision or kernel fault after an upgrade, bad
+    weights, a bad card) emits token id 0 at every step, ``!`` in Qwen's vocabulary
+    (vllm-project/vllm-ascend#445, #562, #6980), or stops at once with nothing."""
+    try:
+        garbled = read_state(state_path_from_env()).get("quirks", {}).get("garbled")
+    except (OSError, ValueError):
+        garbled = None
+    if garbled == "exclamation":
+        return "!" * max_tokens
+    if garbled == "empty":
+        return ""
+    return "".join(" " + ANSWER[n % len(ANSWER)] for n in range(max_tokens))
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -226,7 +248,7 @@ class Handler(BaseHTTPRequestHandler):
                 "choices": [
                     {
                         "index": 0,
-                        "text": " ok" * max_tokens,
+                        "text": answer(max_tokens),
                         "logprobs": None,
                         "finish_reason": "length",
                         "stop_reason": None,

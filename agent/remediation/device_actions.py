@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from ascend_doctor.agent.remediation.context import Context, Done, Evidence
@@ -19,40 +18,22 @@ from ascend_doctor.core.records import encode
 
 log = logging.getLogger(__name__)
 
-TAIL_BYTES = 64 << 10
-"""How much of each log a diagnostics snapshot keeps."""
-
 
 async def collect_diagnostics(
     ctx: Context, inc: Incident, params: dict[str, Any], ev: Evidence
 ) -> Done:
-    """Snapshot npu-smi output and the log tails into the incident's evidence directory."""
-    from ascend_doctor.collectors.npu_smi import run_npu_smi
-
-    if ctx.host.diagnostics_dir is None:
+    """Keep the evidence of the live server (stacks, npu-smi health and ECC, log tails, the
+    last metrics: ``collectors/evidence.py``) in a snapshot indexed on the incident."""
+    if ctx.host.evidence is None:
         return Done(Outcome.REFUSED, "no diagnostics directory configured")
-    out = ctx.host.diagnostics_dir / f"incident-{inc.id}-{int(ctx.clock())}"
-    out.mkdir(parents=True, exist_ok=True)
-    files: list[str] = []
-    binary = ctx.npu_smi()
-    try:
-        res = await run_npu_smi(binary, ["info"], timeout=ctx.host.npu_smi_timeout)
-        (out / "npu-smi-info.txt").write_text(res.stdout + res.stderr, encoding="utf-8")
-        files.append("npu-smi-info.txt")
-    except CollectorError as exc:
-        (out / "npu-smi-info.txt").write_text(f"npu-smi failed: {exc}\n", encoding="utf-8")
-    for n, path in enumerate(ctx.host.log_paths()):
-        try:
-            with open(path, "rb") as f:
-                f.seek(0, 2)
-                f.seek(max(0, f.tell() - TAIL_BYTES))
-                tail = f.read()
-        except OSError:
-            continue
-        name = f"tail-{n}-{Path(path).name}"
-        (out / name).write_bytes(tail)
-        files.append(name)
-    return Done(Outcome.OK, f"snapshot in {out}", {"dir": str(out), "files": files})
+    index = await ctx.host.evidence.take(f"incident-{inc.id}", f"incident {inc.id}: {inc.summary}")
+    files = [f.name for f in index.files]
+    stacks = sum(1 for f in index.files if f.kind == "stacks")
+    return Done(
+        Outcome.OK,
+        f"snapshot in {index.dir} ({stacks} process stacks by {index.stacks_by})",
+        {"dir": index.dir, "files": files, "stacks_by": index.stacks_by, "pids": index.pids},
+    )
 
 
 async def capture_profile(
