@@ -211,7 +211,7 @@ class Daemon:
             on_change=self._on_change,
             on_exit=self._on_exit,
             base_env=self.base_env,
-            before_restart=lambda why: self._keep_evidence("unhealthy", why),
+            before_restart=lambda why: self.evidence.before_restart("unhealthy", why),
         )
 
     def _collectors(self) -> list[CollectorRunner]:
@@ -225,6 +225,7 @@ class Daemon:
             launch_key=lambda: " ".join(self.effective_spec().argv),
             busy=lambda: self.decider.busy,
             attached=self.attach is not None,
+            serving=self._server_running,
         )
         return build_runners(
             ctx,
@@ -334,17 +335,9 @@ class Daemon:
             return await self.remediator.remediate(incident_id)
 
     async def _on_exit(self, event: ProcessEvent) -> ExitDecision:
-        if event.crashed:
-            await self._keep_evidence("crash", event.reason)
+        if event.crashed:  # what is left of it (logs, devices) before the supervisor restarts
+            await self.evidence.before_restart("crash", event.reason)
         return await self.decider.on_exit()
-
-    async def _keep_evidence(self, name: str, reason: str) -> None:
-        """The supervisor restarts the server: keep what it looked like first."""
-        if self.config.evidence.on_supervisor_restart:
-            try:
-                await self.evidence.take(name, reason)
-            except Exception:  # a failing part is logged and isolated; the restart goes on
-                log.exception("evidence before the %s restart not kept", name)
 
     def _on_change(self, event: ProcessEvent) -> None:
         if event.pid is not None:

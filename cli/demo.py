@@ -39,6 +39,7 @@ TOUR = (
     "hang",
     "stuck-idle",
     "garbled-output",
+    "memory-creep",
     "slow-decode",
     "device-busy",
     "crash-loop",
@@ -73,10 +74,16 @@ def demo_config() -> Config:
             reset_settle=1.0,
             settle_seconds=3.0,
             command_timeout=30.0,
+            # a planned restart looks for a quiet moment every second, over a minute's history
+            quiet_retry=1.0,
+            quiet_window=60.0,
         ),
         collectors=dataclasses.replace(
             base.collectors,
-            npu_smi=dataclasses.replace(base.collectors.npu_smi, interval=1.0, timeout=5.0),
+            # memory creep is seen over ten seconds of samples, not an hour
+            npu_smi=dataclasses.replace(
+                base.collectors.npu_smi, interval=1.0, timeout=5.0, trend_window=10.0
+            ),
             # the latency baseline is the first healthy seconds, not the first hour
             vllm=dataclasses.replace(base.collectors.vllm, interval=1.0, baseline_seconds=4.0),
             process=dataclasses.replace(base.collectors.process, interval=1.0),

@@ -10,7 +10,7 @@ and the log field.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -27,6 +27,23 @@ class Collector(Protocol):
     def collect(self) -> Awaitable[Sequence[Sample]]:
         """One run."""
         ...
+
+
+class Tally:
+    """Tokens the canary was served since the vllm collector last looked: canary traffic
+    counts against nothing the users see (their load, the latency baseline)."""
+
+    def __init__(self) -> None:
+        self._tokens = 0
+
+    def add(self, tokens: int) -> None:
+        """The canary was served ``tokens``."""
+        self._tokens += max(0, tokens)
+
+    def take(self) -> int:
+        """Tokens served to the canary since the last call."""
+        tokens, self._tokens = self._tokens, 0
+        return tokens
 
 
 @dataclass(frozen=True)
@@ -49,6 +66,11 @@ class CollectorContext:
     """True while a remediation step runs: a collector that asks the server waits."""
     attached: bool = False
     """The server is someone else's (``watch --attach``)."""
+    serving: Callable[[], bool] = lambda: True
+    """The server is RUNNING: memory trends only count what grows while it serves (loading
+    weights and allocating the KV cache at start is no creep)."""
+    canary_tokens: Tally = field(default_factory=Tally)
+    """Shared by the canary (adds) and the vllm collector (subtracts from the users' load)."""
 
 
 @dataclass(frozen=True)
@@ -72,4 +94,4 @@ class CollectorSpec:
     """Whether it runs against an attached server (one that sends requests asks first)."""
 
 
-__all__ = ["Collector", "CollectorContext", "CollectorSpec"]
+__all__ = ["Collector", "CollectorContext", "CollectorSpec", "Tally"]

@@ -26,7 +26,7 @@ from typing import Any
 
 import httpx
 
-from ascend_doctor.collectors.base import CollectorSpec
+from ascend_doctor.collectors.base import CollectorSpec, Tally
 from ascend_doctor.collectors.canary_judge import Verdict, completion_text, judge
 from ascend_doctor.collectors.vllm import parse_metrics
 from ascend_doctor.core.errors import CollectorError
@@ -98,7 +98,9 @@ class CanaryCollector:
         references: References,
         launch_key: Callable[[], str] = lambda: "",
         busy: Callable[[], bool] = lambda: False,
+        tally: Tally | None = None,
     ) -> None:
+        self.tally = tally or Tally()
         self.base_url = base_url.rstrip("/")
         self.prompt, self.max_tokens, self.seed, self.timeout = prompt, max_tokens, seed, timeout
         self.references = references
@@ -178,11 +180,19 @@ class CanaryCollector:
         except (ValueError, KeyError, IndexError, TypeError):
             return Verdict("malformed", "/v1/models did not list a model")
         verdict = judge(resp.status_code, resp.text, reference)
+        self.tally.add(_completion_tokens(resp.text))
         values["canary_reference"] = "kept" if reference is not None else "recorded"
         text = completion_text(resp.text)
         if verdict.ok and reference is None and text is not None:
             self.references.set(key, text)
         return verdict
+
+
+def _completion_tokens(body: str) -> int:
+    try:
+        return int(json.loads(body)["usage"]["completion_tokens"])
+    except (ValueError, KeyError, TypeError):
+        return 0
 
 
 SPEC = CollectorSpec(
@@ -198,6 +208,7 @@ SPEC = CollectorSpec(
         ),
         launch_key=ctx.launch_key,
         busy=ctx.busy,
+        tally=ctx.canary_tokens,
     ),
     enabled=lambda cfg: cfg.canary.enabled,
     interval=lambda cfg: cfg.canary.interval,

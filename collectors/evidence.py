@@ -12,6 +12,7 @@ directories within a count and a size, oldest first out, so a crash loop cannot 
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -24,6 +25,8 @@ from ascend_doctor.collectors.npu_smi import run_npu_smi
 from ascend_doctor.core.config import EvidenceConfig
 from ascend_doctor.core.errors import CollectorError
 from ascend_doctor.core.procs import descendants
+
+log = logging.getLogger(__name__)
 
 TAIL_BYTES = 64 << 10
 """How much of each log a snapshot keeps."""
@@ -243,6 +246,7 @@ class Keeper:
         self._pids, self._devices, self._logs = pids, devices, log_paths
         self.npu_smi, self._metrics_url = npu_smi, metrics_url
         self.py_spy, self.timeout, self._clock = py_spy, timeout, clock
+        self.on_supervisor_restart = True
 
     @classmethod
     def from_config(
@@ -257,7 +261,7 @@ class Keeper:
         metrics_url: Callable[[], str],
     ) -> Keeper:
         """The keeper ``[evidence]`` describes, for the server whose main pid ``pid`` gives."""
-        return cls(
+        keeper = cls(
             root,
             keep=config.keep,
             max_bytes=int(config.max_mb * (1 << 20)),
@@ -268,6 +272,18 @@ class Keeper:
             metrics_url=metrics_url,
             py_spy=config.py_spy,
         )
+        keeper.on_supervisor_restart = config.on_supervisor_restart
+        return keeper
+
+    async def before_restart(self, name: str, reason: str) -> None:
+        """``take`` before the supervisor's own restart (after failed probes, a crash), when
+        ``[evidence] on_supervisor_restart``; a failure is logged, never stops the restart."""
+        if not self.on_supervisor_restart:
+            return
+        try:
+            await self.take(name, reason)
+        except Exception:  # a failing part is logged and isolated; the restart goes on
+            log.exception("evidence before the %s restart not kept", name)
 
     async def take(self, name: str, reason: str) -> EvidenceIndex:
         """One snapshot in ``root/<name>-<time>``; older ones pruned to the bounds after."""

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from ascend_doctor.collectors.base import CollectorSpec
+from ascend_doctor.collectors.base import CollectorSpec, Tally
 from ascend_doctor.core.errors import CollectorError
 from ascend_doctor.core.events import Sample
 
@@ -118,9 +118,8 @@ class LatencyBaseline:
 
     def update(self, at: float, values: dict[str, Any]) -> dict[str, float]:
         """Learn from or compare one sample's values; the fields to add to it."""
-        flowing = (
-            values.get("health_status") == 200 and (values.get("generation_tokens_delta") or 0) > 0
-        )
+        served = values.get("user_tokens_delta", values.get("generation_tokens_delta"))
+        flowing = values.get("health_status") == 200 and (served or 0) > 0
         if not flowing:
             return {}
         if self.base is None:
@@ -149,9 +148,15 @@ class VllmCollector:
     name = COLLECTOR
 
     def __init__(
-        self, base_url: str, *, timeout: float = 5.0, baseline_seconds: float = 3600.0
+        self,
+        base_url: str,
+        *,
+        timeout: float = 5.0,
+        baseline_seconds: float = 3600.0,
+        canary_tokens: Tally | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self.canary_tokens = canary_tokens or Tally()
         self.timeout = timeout
         self._previous: VllmMetrics | None = None
         self.baseline = LatencyBaseline(baseline_seconds)
@@ -188,6 +193,10 @@ class VllmCollector:
                 if key in metrics.values and key in prev.values:
                     delta = metrics.values[key] - prev.values[key]
                     values[key.replace("_total", "_delta")] = max(0.0, delta)
+            if "generation_tokens_delta" in values:
+                # what the users were served: the canary's own tokens left out
+                canary = self.canary_tokens.take()
+                values["user_tokens_delta"] = max(0.0, values["generation_tokens_delta"] - canary)
             for name, hist in metrics.buckets.items():
                 old = prev.buckets.get(name, {})
                 window = {b: c - old.get(b, 0.0) for b, c in hist.items()}
@@ -206,6 +215,7 @@ SPEC = CollectorSpec(
         ctx.server_url,
         timeout=ctx.config.vllm.timeout,
         baseline_seconds=ctx.config.vllm.baseline_seconds,
+        canary_tokens=ctx.canary_tokens,
     ),
     enabled=lambda cfg: cfg.vllm.enabled,
     interval=lambda cfg: cfg.vllm.interval,

@@ -82,6 +82,9 @@ class NpuSmiConfig:
     """Seconds before a hung npu-smi is killed."""
     usages: bool = False
     """Also run ``npu-smi info -t usages -i N`` per device (vector core, bandwidth rates)."""
+    trend_window: float = 3600.0
+    """Seconds of HBM samples the memory-creep trend fits (``hbm_oom_eta_s``); an estimate
+    comes once the samples span half of it."""
 
 
 @dataclass(frozen=True)
@@ -107,6 +110,8 @@ class ProcessConfig:
     """Run the collector while a server is supervised."""
     interval: float = 10.0
     """Seconds between runs."""
+    trend_window: float = 3600.0
+    """Seconds of RSS samples the memory-creep trend fits (``rss_oom_eta_s``)."""
 
 
 @dataclass(frozen=True)
@@ -182,6 +187,12 @@ class RemediationConfig:
     the supervisor's backoff instead); a step that meets a cooldown waits for it."""
     reset_cooldown: float = 600.0
     """Seconds between two device resets on this host."""
+    quiet_retry: float = 60.0
+    """Seconds a planned restart (memory creep) waits before it looks for a quiet window
+    again."""
+    quiet_window: float = 3600.0
+    """Seconds of load history a planned restart compares with: the lowest load of it is a
+    quiet moment too."""
     on_escalation: str = "stop"
     """What happens to a server whose failure went to a human: ``stop`` leaves it stopped
     (no more restarts until an operator acts), ``keep`` goes on restarting it with backoff."""
@@ -422,12 +433,16 @@ POSITIVE = {
     "collectors.process.interval",
     "collectors.vllm.timeout",
     "collectors.vllm.baseline_seconds",
+    "collectors.npu_smi.trend_window",
+    "collectors.process.trend_window",
     "collectors.canary.interval",
     "collectors.canary.timeout",
     "collectors.canary.max_tokens",
     "evidence.keep",
     "evidence.max_mb",
     "remediation.command_timeout",
+    "remediation.quiet_retry",
+    "remediation.quiet_window",
     "remediation.probe_timeout",
     "alerts.poll_interval",
     "alerts.retry_initial",

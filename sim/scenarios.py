@@ -18,7 +18,7 @@ import yaml
 from ascend_doctor.sim.faults import FAULTS
 from ascend_doctor.sim.state import QUIRKS
 
-SETTINGS = ("driver_hang_seconds", "profile_parse_seconds")
+SETTINGS = ("driver_hang_seconds", "profile_parse_seconds", "hbm_growth_mb_per_s")
 """Host settings a scenario may change (numbers of seconds)."""
 
 SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"

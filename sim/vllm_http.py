@@ -97,8 +97,12 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("content-type", ctype)
         self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        try:
+            self.end_headers()
+            self.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):
+            # the client gave up (a probe's timeout); uvicorn drops such a response silently
+            return
         reason = self.responses.get(status, ("",))[0]
         host, port = self.client_address[:2]
         self.server.out.raw(
