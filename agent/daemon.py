@@ -97,15 +97,7 @@ class Daemon:
         self.store.listeners.append(self.telemetry)
         self.server = ServerHandle(self._process(), self.effective_spec, self._server_env())
         # what a live server looked like, kept before any restart or reset of it (issue 20)
-        self.evidence = Keeper.from_config(
-            config.evidence,
-            state_dir / "diagnostics",
-            pid=lambda: self.server.pid,
-            devices=lambda: self.server.spec().devices(self.server.base_env),
-            log_paths=self.logs.paths,
-            npu_smi=self._npu_smi_binary(),
-            metrics_url=lambda: self.server_url and self.server_url + "/metrics",
-        )
+        self.evidence = _keeper(self)
         self.profiler = ServerProfiler(
             self.store, config.profiling, lambda: self.server_url if spec else "", self.torch_dir
         )
@@ -141,7 +133,7 @@ class Daemon:
         self.verifier = Verifier(
             self.incidents, config.remediation, self.remediator.record, lambda: self.server_url
         )
-        self.collectors = self._collectors()
+        self.collectors = _runners(self)
         self.versions = VersionWatch(self.store, lambda: self.server_url, config.profiling.enabled)
         self._stop = asyncio.Event()
         self._verify_wanted = asyncio.Event()
@@ -212,29 +204,6 @@ class Daemon:
             on_exit=self._on_exit,
             base_env=self.base_env,
             before_restart=lambda why: self.evidence.before_restart("unhealthy", why),
-        )
-
-    def _collectors(self) -> list[CollectorRunner]:
-        cfg = self.config.collectors
-        ctx = CollectorContext(
-            cfg,
-            self.server_url,
-            lambda: self.server.pid,
-            self._npu_smi_binary(),
-            state_dir=self.state_dir,
-            launch_key=lambda: " ".join(self.effective_spec().argv),
-            busy=lambda: self.decider.busy,
-            attached=self.attach is not None,
-            serving=self._server_running,
-        )
-        return build_runners(
-            ctx,
-            self.store,
-            watched=self.server.process is not None,
-            running=self._server_running,
-            on_samples=self._samples,
-            on_evidence=self._collector_evidence,
-            on_run=self.telemetry.collector_run,
         )
 
     # -- run -----------------------------------------------------------------------------------
@@ -360,6 +329,42 @@ class Daemon:
         )
         if event.state == ProcessState.FATAL:
             self._stop.set()  # the server will not run: say so and exit non-zero
+
+
+def _keeper(d: Daemon) -> Keeper:
+    """What a live server looked like, kept before any restart or reset of it."""
+    return Keeper.from_config(
+        d.config.evidence,
+        d.state_dir / "diagnostics",
+        pid=lambda: d.server.pid,
+        devices=lambda: d.server.spec().devices(d.server.base_env),
+        log_paths=d.logs.paths,
+        npu_smi=d._npu_smi_binary(),
+        metrics_url=lambda: d.server_url and d.server_url + "/metrics",
+    )
+
+
+def _runners(d: Daemon) -> list[CollectorRunner]:
+    ctx = CollectorContext(
+        d.config.collectors,
+        d.server_url,
+        lambda: d.server.pid,
+        d._npu_smi_binary(),
+        state_dir=d.state_dir,
+        launch_key=lambda: " ".join(d.effective_spec().argv),
+        busy=lambda: d.decider.busy,
+        attached=d.attach is not None,
+        serving=d._server_running,
+    )
+    return build_runners(
+        ctx,
+        d.store,
+        watched=d.server.process is not None,
+        running=d._server_running,
+        on_samples=d._samples,
+        on_evidence=d._collector_evidence,
+        on_run=d.telemetry.collector_run,
+    )
 
 
 def _under(state_dir: Path, name: str) -> Path:

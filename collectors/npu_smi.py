@@ -31,6 +31,7 @@ from ascend_doctor.collectors.npu_smi_format import (
     parse_info,
     parse_pairs,
     parse_reset,
+    reset_command,
     samples_from_info,
 )
 from ascend_doctor.collectors.trend import Trend
@@ -302,6 +303,7 @@ __all__ = [
     "parse_info",
     "parse_pairs",
     "parse_reset",
+    "reset_command",
     "run_npu_smi",
     "samples_from_info",
 ]

@@ -11,6 +11,7 @@ from typing import Any
 
 from ascend_doctor.agent.remediation.context import Context, Done, Evidence
 from ascend_doctor.agent.remediation.launch_actions import to_int
+from ascend_doctor.collectors.npu_smi import reset_command
 from ascend_doctor.core.errors import CollectorError
 from ascend_doctor.core.events import Incident, Outcome
 from ascend_doctor.core.procs import descendants, is_own, pid_alive
@@ -85,20 +86,6 @@ def failed_device(
         devices = ctx.devices()
         device = devices[0] if len(devices) == 1 else None
     return device
-
-
-def reset_command(device: int | None, chip: int = 0) -> list[str]:
-    """The npu-smi command that resets a device (``N`` where the device is not known)."""
-    return [
-        "npu-smi",
-        "set",
-        "-t",
-        "reset",
-        "-i",
-        "N" if device is None else str(device),
-        "-c",
-        str(chip),
-    ]
 
 
 HOLDER_POLL_S = 0.5
