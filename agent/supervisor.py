@@ -21,8 +21,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, BinaryIO
 
-import httpx
-
+from ascend_doctor.collectors.vllm import health_probe as http_probe
 from ascend_doctor.core.config import ServerConfig
 from ascend_doctor.core.events import ProcessEvent, ProcessState
 from ascend_doctor.core.launch import LaunchSpec
@@ -58,19 +57,6 @@ class Backoff:
 
 Probe = Callable[[], Awaitable[bool]]
 Sleep = Callable[[float], Coroutine[Any, Any, None]]
-
-
-def http_probe(base_url: str, timeout: float = 2.0) -> Probe:
-    """A probe that is True when ``GET base_url/health`` answers 200."""
-
-    async def probe() -> bool:
-        try:
-            async with httpx.AsyncClient(timeout=timeout, trust_env=False) as client:
-                return (await client.get(base_url + "/health")).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    return probe
 
 
 class Supervisor:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shlex
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +17,17 @@ from ascend_doctor.cli.common import open_store, state_dir_option
 from ascend_doctor.core.config import IncidentsConfig, RemediationConfig
 from ascend_doctor.core.errors import DoctorError
 from ascend_doctor.core.events import ACTIVE_STATES
+from ascend_doctor.core.incident_stats import category_stats
 from ascend_doctor.core.launch import LaunchSpec
 from ascend_doctor.core.records import LaunchRecord, encode
 from ascend_doctor.core.store import Store
+
+
+def _span(seconds: float) -> str:
+    """``42s``, ``12.5 min``, ``3.2 h``: a duration as an operator reads it."""
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
 def status_dict(store: Store) -> dict[str, Any]:
@@ -50,6 +59,7 @@ def status_dict(store: Store) -> dict[str, Any]:
             for i in open_incidents
         ],
         "collectors": {name: encode(c) for name, c in store.collectors().items()},
+        "reliability": {k: asdict(v) for k, v in category_stats(store.incidents()).items()},
         "alerts": {name: encode(s) for name, s in store.sinks().items()},
     }
 
@@ -101,6 +111,12 @@ def status(state_dir: Path | None, as_json: bool) -> None:
         click.echo(
             f"open incident #{i['id']} {i['state']} {i['category']}: {i['summary']}"
             f" ({i['attempts']} attempts)"
+        )
+    for category, r in data["reliability"].items():
+        click.echo(
+            f"{category}: {r['incidents']} incidents, {r['resolved']} repaired"
+            + (f", MTTR {_span(r['mttr_s'])}" if r["mttr_s"] is not None else "")
+            + (f", one every {_span(r['mtbi_s'])}" if r["mtbi_s"] is not None else "")
         )
     for name, c in data["collectors"].items():
         ok = "ok" if c.get("ok") else f"failing: {c.get('last_error')}"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -209,6 +210,19 @@ class VllmCollector:
         return [Sample(COLLECTOR, "server", at, values)]
 
 
+def health_probe(base_url: str, timeout: float = 2.0) -> Callable[[], Awaitable[bool]]:
+    """A probe that is True when ``GET base_url/health`` answers 200 (the supervisor's)."""
+
+    async def probe() -> bool:
+        try:
+            async with httpx.AsyncClient(timeout=timeout, trust_env=False) as client:
+                return (await client.get(base_url + "/health")).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    return probe
+
+
 SPEC = CollectorSpec(
     name=COLLECTOR,
     build=lambda ctx: VllmCollector(
@@ -231,6 +245,7 @@ __all__ = [
     "LatencyBaseline",
     "VllmCollector",
     "VllmMetrics",
+    "health_probe",
     "parse_metrics",
     "quantile",
 ]

@@ -16,7 +16,7 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
 
 from ascend_doctor.agent.telemetry.resource import device_attributes
-from ascend_doctor.core.events import ActionResult, Finding
+from ascend_doctor.core.events import ActionResult, Finding, Incident, IncidentState
 
 MIB = 1024 * 1024
 
@@ -71,6 +71,10 @@ class DoctorMetrics:
             unit="s",
             description="Seconds since the tailer last read every file to its end",
         )
+        # MTTR and time between incidents, per category
+        self.repair_time = m.create_histogram("doctor.incident.repair_time", unit="s")
+        self.incident_gap = m.create_histogram("doctor.incident.interval", unit="s")
+        self._opened: dict[str, float] = {}
         self.collector_duration = m.create_histogram("doctor.collector.duration", unit="s")
         self.collector_failures = m.create_counter("doctor.collector.failures", unit="{failure}")
         m.create_observable_counter("doctor.spans.dropped", [self._observe_dropped], unit="{span}")
@@ -143,6 +147,15 @@ class DoctorMetrics:
     def finding(self, finding: Finding) -> None:
         """A stored finding."""
         self.findings.add(1, {"category": finding.category.value, "rule": finding.rule})
+
+    def incident(self, before: Incident | None, after: Incident) -> None:
+        """An incident opened (seconds since the last of its category) or was resolved."""
+        cat = {"category": after.category.value}
+        if before is None and (last := self._opened.get(cat["category"])) is not None:
+            self.incident_gap.record(after.opened_at - last, cat)
+        self._opened[cat["category"]] = max(after.opened_at, self._opened.get(cat["category"], 0))
+        if after.state == IncidentState.RESOLVED and before and before.state != after.state:
+            self.repair_time.record((after.resolved_at or after.opened_at) - after.opened_at, cat)
 
     def action(self, result: ActionResult) -> None:
         """A stored remediation decision."""

@@ -250,6 +250,7 @@ class Telemetry(StoreListener):
     def incident_changed(self, before: Incident | None, after: Incident) -> None:
         """An incident opened or changed."""
         self._build()
+        self.metrics.incident(before, after)
         self.incidents.incident_changed(before, after)
 
     def finding_added(self, finding: Finding, incident_id: int | None) -> None:
