@@ -184,3 +184,43 @@ async def test_two_unanswered_canaries_fire_server_unresponsive(
 async def test_no_canary_while_a_step_runs(server: _Server, tmp_path: Path) -> None:
     assert await canary(server, tmp_path, busy=lambda: True).collect() == []
     assert server.seen == []
+
+
+def _runners(tmp_path: Path, **ctx: Any) -> list[str]:
+    from ascend_doctor.agent.collection import build_runners
+    from ascend_doctor.collectors import CollectorContext
+    from ascend_doctor.core.config import CanaryConfig, CollectorsConfig
+    from ascend_doctor.core.store import Store
+
+    canary_cfg = CanaryConfig(**ctx.pop("canary", {}))
+    cfg = CollectorsConfig(canary=canary_cfg)
+    watched = ctx.pop("watched", True)
+    store = Store.in_dir(tmp_path)
+    try:
+        runners = build_runners(
+            CollectorContext(cfg, "http://127.0.0.1:1", lambda: None, "npu-smi", **ctx),
+            store,
+            watched=watched,
+            running=lambda: True,
+            on_samples=lambda s: None,
+            on_evidence=lambda n, t: None,
+            on_run=lambda n, s, ok: None,
+        )
+    finally:
+        store.close()
+    return [r.spec.name for r in runners]
+
+
+def test_the_canary_runs_for_a_supervised_server_and_only_while_it_runs(tmp_path: Path) -> None:
+    from ascend_doctor.collectors.canary import SPEC
+
+    assert "canary" in _runners(tmp_path)
+    assert SPEC.while_running and SPEC.needs_server  # never while starting; never observing
+
+
+def test_canary_off_attach_mode_and_observer_only(tmp_path: Path) -> None:
+    assert "canary" not in _runners(tmp_path / "off", canary={"enabled": False})
+    assert "canary" not in _runners(tmp_path / "attach", attached=True)
+    assert "canary" in _runners(tmp_path / "asked", attached=True, canary={"attach": True})
+    # observer-only: no server is watched, so nothing to ask
+    assert "canary" not in _runners(tmp_path / "observe", watched=False)
