@@ -304,9 +304,10 @@ class Daemon:
             return await self.remediator.remediate(incident_id)
 
     async def _on_exit(self, event: ProcessEvent) -> ExitDecision:
-        if event.crashed:  # what is left of it (logs, devices) before the supervisor restarts
+        decision = await self.decider.on_exit()  # first, with its last words
+        if event.crashed and decision != ExitDecision.STOP:  # kept before it starts again
             await self.evidence.before_restart("crash", event.reason)
-        return await self.decider.on_exit()
+        return decision
 
     def _on_change(self, event: ProcessEvent) -> None:
         if event.pid is not None:
