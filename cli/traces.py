@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from ascend_doctor.agent.telemetry.records import to_otlp_json
+from ascend_doctor.agent.telemetry.span_codec import to_otlp_json
 from ascend_doctor.cli.common import open_store, state_dir_option
 from ascend_doctor.core.events import Severity
 from ascend_doctor.core.store import SpanRecord, Store

@@ -30,6 +30,11 @@ class CollectorError(DoctorError):
         """Text for the rules to read (a dcmi error line), '' when there is none."""
 
 
+class CaptureError(CollectorError, ValueError):
+    """A profile capture file is not what its format says (a ``ValueError`` too, as parsers'
+    callers catch both alike)."""
+
+
 class SupervisorError(DoctorError):
     """The supervised server could not be started or stopped."""
 

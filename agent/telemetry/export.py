@@ -21,7 +21,7 @@ from opentelemetry.sdk.metrics.export import MetricExporter
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from ascend_doctor.agent.telemetry.records import record_of
+from ascend_doctor.agent.telemetry.span_codec import record_of
 from ascend_doctor.core.config import TelemetryConfig
 from ascend_doctor.core.errors import ConfigError
 from ascend_doctor.core.store import Store

@@ -173,9 +173,7 @@ class IncidentTracer:
         if after.state not in TERMINAL or (before is not None and before.state in TERMINAL):
             root = self._roots.get(after.id)
             if root is not None:
-                root.set_attribute("incident.state", after.state.value)
-                root.set_attribute("incident.severity", Severity(after.severity).label)
-                root.set_attribute("incident.subject", after.subject)
+                self._refresh(root, after)
             return
         end = after.resolved_at or time.time()
         verified = any(a.name == "verify" for a in self.store.actions(after.id))
@@ -301,11 +299,22 @@ class IncidentTracer:
             span.set_status(Status(StatusCode.ERROR, result.reason if result else "failed"))
         span.end(end_time=ns(end))
 
+    @staticmethod
+    def _refresh(root: Span, inc: Incident) -> None:
+        """The incident as it is now: a root cause found after its symptom renames the trace."""
+        root.update_name(f"incident {inc.category.value}")
+        root.set_attribute("incident.category", inc.category.value)
+        root.set_attribute("incident.rule", inc.rule)
+        root.set_attribute("incident.summary", inc.summary)
+        root.set_attribute("incident.state", inc.state.value)
+        root.set_attribute("incident.severity", Severity(inc.severity).label)
+        root.set_attribute("incident.subject", inc.subject)
+
     def _end(self, inc: Incident, end: float, *, interrupted: bool = False) -> None:
         root = self._roots.pop(inc.id, None) if not interrupted else self._roots.get(inc.id)
         if root is None:
             return
-        root.set_attribute("incident.state", inc.state.value)
+        self._refresh(root, inc)
         root.set_attribute("incident.attempts", inc.attempts)
         root.set_attribute("incident.acknowledged", inc.acknowledged)
         if interrupted:

@@ -24,7 +24,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 
 from ascend_doctor.agent.telemetry.export import Endpoint
 from ascend_doctor.agent.telemetry.metrics import DoctorMetrics
-from ascend_doctor.agent.telemetry.records import to_otlp_proto
+from ascend_doctor.agent.telemetry.span_codec import to_otlp_proto
 from ascend_doctor.collectors.otlp import from_otlp_json, from_otlp_proto
 from ascend_doctor.core.errors import TelemetryError
 from ascend_doctor.core.httpd import HttpServer, Request, Response

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ascend_doctor.collectors.profiling.parse import parse_profiler_info
+from ascend_doctor.core.errors import CaptureError
 
 MAX_DEPTH = 4
 """Directories below the root the walk descends (root/run/capture/output)."""
@@ -139,7 +140,7 @@ def read_text(path: Path) -> str:
     """A capture file's text; OSError/ValueError say why it could not be read."""
     st = path.lstat()
     if not path.is_file() or path.is_symlink():
-        raise ValueError("not a regular file")
+        raise CaptureError("not a regular file")
     if st.st_size > MAX_FILE_BYTES:
-        raise ValueError(f"{st.st_size} bytes, over the {MAX_FILE_BYTES} byte limit")
+        raise CaptureError(f"{st.st_size} bytes, over the {MAX_FILE_BYTES} byte limit")
     return path.read_text(encoding="utf-8", errors="replace")

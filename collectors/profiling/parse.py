@@ -5,8 +5,8 @@ The formats (headers, units, JSON keys) are those torch_npu's profiler writes
 ``_communication_parser.py``, ``_kernel_view_parser.py``) and msprof exports (Ascend/msprof
 ``docs/en/user_guide/profile_data_file_references.md``). Columns are found by name, never by
 position: releases add and move columns (``Step Id`` first, ``Block Dim`` renamed ``Block
-Num``...). A parser that meets text it cannot read raises ``ValueError`` with what it
-expected; the caller records that as a problem of the file and goes on with the others.
+Num``...). A parser that meets text it cannot read raises ``CaptureError`` (a ``ValueError``)
+with what it expected; the caller records that as a problem of the file and goes on with the others.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ascend_doctor.collectors.profiling.model import CollectiveTime, OperatorTime, StepSplit
+from ascend_doctor.core.errors import CaptureError
 
 COMPUTING = "Computing"
 NOT_OVERLAPPED = "Communication(Not Overlapped)"
@@ -41,7 +42,7 @@ def _rows(text: str, required: tuple[str, ...], what: str) -> list[dict[str, str
     missing = [c for c in required if c not in header]
     if missing:
         got = ",".join(header[:6]) or "nothing"
-        raise ValueError(f"{what}: expected columns {', '.join(missing)}; the header is {got}")
+        raise CaptureError(f"{what}: expected columns {', '.join(missing)}; the header is {got}")
     reader.fieldnames = header
     return [{k: (v or "").strip() for k, v in row.items() if k is not None} for row in reader]
 
@@ -157,9 +158,9 @@ def parse_communication(text: str) -> tuple[CollectiveTime, ...]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ValueError(f"communication.json: not JSON ({exc})") from exc
+        raise CaptureError(f"communication.json: not JSON ({exc})") from exc
     if not isinstance(data, dict):
-        raise ValueError("communication.json: expected an object of steps")
+        raise CaptureError("communication.json: expected an object of steps")
     acc: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
     for step in data.values():
         for group in ("collective", "p2p"):
@@ -226,11 +227,11 @@ def _events(text: str) -> list[dict[str, Any]]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ValueError(f"timeline: not JSON ({exc})") from exc
+        raise CaptureError(f"timeline: not JSON ({exc})") from exc
     if isinstance(data, dict):  # the Chrome trace object form
         data = data.get("traceEvents", [])
     if not isinstance(data, list):
-        raise ValueError("timeline: expected a list of trace events")
+        raise CaptureError("timeline: expected a list of trace events")
     return [e for e in data if isinstance(e, dict)]
 
 

@@ -20,7 +20,7 @@ from ascend_doctor.agent.telemetry.export import (
     resolve_endpoint,
 )
 from ascend_doctor.agent.telemetry.lifecycle import parse_phases
-from ascend_doctor.agent.telemetry.records import to_otlp_json, to_otlp_proto
+from ascend_doctor.agent.telemetry.span_codec import to_otlp_json, to_otlp_proto
 from ascend_doctor.collectors.otlp import from_otlp_json, from_otlp_proto
 from ascend_doctor.core.config import Config, TelemetryConfig
 from ascend_doctor.core.errors import ConfigError, TelemetryError
@@ -120,6 +120,26 @@ async def test_incident_is_one_trace_with_detect_remediate_verify(tmp_path: Path
     assert json.loads(dry.attributes["remediation.params"]) == {"env": {"A": "1"}}
     assert ok.status == "ok" and ok.attributes["remediation.param.device"] == 0
     assert children[4].attributes["verify.result"] == "healthy"
+    store.close()
+
+
+async def test_a_root_cause_found_after_its_symptom_renames_the_trace(tmp_path: Path) -> None:
+    # an unexplained error opens the incident; the OOM line read a moment later is its root
+    store = Store.in_dir(tmp_path)
+    t = telemetry(store)
+    symptom = dataclasses.replace(
+        finding(), rule="unrecognised", category=Category("unrecognised"), role=Role.SYMPTOM
+    )
+    inc = store.open_incident(symptom)
+    store.update_incident(inc.id, category=Category("npu_oom"), rule="npu-oom", summary="OOM")
+    store.update_incident(inc.id, state=IncidentState.RESOLVED, resolved_at=T0 + 5)
+    await close(t, store)
+    trace_id = store.incident_trace_id(inc.id)
+    assert trace_id is not None
+    (root,) = [s for s in store.spans(trace_id) if s.parent_id == ""]
+    assert root.name == "incident npu_oom"
+    assert root.attributes["incident.category"] == "npu_oom"
+    assert root.attributes["incident.rule"] == "npu-oom"
     store.close()
 
 

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 from ascend_doctor.agent.telemetry.receiver import Receiver
-from ascend_doctor.agent.telemetry.records import to_otlp_json, to_otlp_proto
+from ascend_doctor.agent.telemetry.span_codec import to_otlp_json, to_otlp_proto
 from ascend_doctor.core.store import Store
 from tests.unit.test_telemetry import sample_records
 
