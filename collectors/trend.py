@@ -9,26 +9,18 @@ per hour and the seconds until the series meets its limit. A new server process,
 no creep makes (the KV cache pool allocated at start, a restart's drop), starts the trend
 over: only the slow, steady growth of one process counts.
 
-The quiet-window and spacing decisions of a planned restart are here too, pure functions of
-the samples the store keeps, so that the daemon only wires them.
+When a planned restart goes is ``core/quiet.py``'s.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from itertools import pairwise
-from typing import Any, Protocol
 
 JUMP = 0.05
 """A change of more than this share of the limit between two samples is a step (an
 allocation, a release), not creep: the trend starts over."""
-
-
-CLOSER = 0.75
-"""A planned restart this much sooner after the last one than that one after its own is a
-leak that speeds up; less than that is the quiet window's jitter."""
 
 
 @dataclass(frozen=True)
@@ -77,82 +69,4 @@ def _slope(points: Sequence[tuple[float, float]]) -> float:
     return sum((t - mx) * (v - my) for t, v in points) / var
 
 
-def quiet_now(loads: Sequence[tuple[float, float]], now: float, window: float) -> str | None:
-    """Why now is a quiet moment for a restart, or None. ``loads`` are (time, tokens the users
-    were served in the interval before it), oldest first: quiet is nothing served in the last
-    interval, or, with a whole ``window`` of history, the lowest load of that window."""
-    recent = [(at, load) for at, load in loads if now - at <= window]
-    if not recent:
-        return None
-    latest = recent[-1][1]
-    if latest <= 0:
-        return "no user request was served in the last interval"
-    if now - recent[0][0] >= window * 0.9 and latest <= min(load for _, load in recent):
-        return f"the lowest load of the last {window / 60:.0f} minutes ({latest:g} tokens)"
-    return None
-
-
-def closer_together(times: Sequence[float]) -> str | None:
-    """Why planned restarts at ``times`` (the first start, then each planned restart, then
-    now) come closer together each time, or None: a leak that speeds up is for a human."""
-    gaps = [b - a for a, b in pairwise(times)]
-    if len(gaps) < 2 or gaps[-1] >= CLOSER * gaps[-2]:
-        return None
-    shown = ", then ".join(f"{g / 60:.1f} min" for g in gaps[-3:])
-    return f"planned restarts come closer together ({shown} apart)"
-
-
-class QuietConfig(Protocol):
-    """What a planned restart waits by (``[remediation]``)."""
-
-    @property
-    def quiet_retry(self) -> float:
-        """Seconds before a waiting restart looks again."""
-        ...
-
-    @property
-    def quiet_window(self) -> float:
-        """Seconds of load history; its lowest load is a quiet moment too."""
-        ...
-
-
-def restart_moment(
-    now: float,
-    restarts: Sequence[float],
-    captures: Mapping[str, str],
-    since_found: float,
-    samples: Sequence[tuple[float, Mapping[str, Any]]],
-    cfg: QuietConfig,
-) -> tuple[float | None, str] | None:
-    """Whether a planned restart goes now (None), waits for a quiet window (when to look
-    again, why) or goes to a human when planned restarts come closer together (None, why).
-    ``restarts`` are the first start and each earlier planned restart; ``captures`` the
-    finding's (its ``*_oom_eta_s``, taken ``since_found`` seconds ago); ``samples`` the vllm
-    collector's. The OOM does not wait for a quiet window."""
-    spacing = closer_together([*restarts, now])
-    if spacing is not None:
-        return None, spacing
-    for key in ("hbm_oom_eta_s", "rss_oom_eta_s"):
-        try:
-            if float(captures[key]) - since_found < 3 * cfg.quiet_retry:
-                return None  # memory is full before the next look: no time to wait
-        except (KeyError, ValueError):
-            continue
-    loads = [
-        (at, float(v.get("user_tokens_delta", v.get("generation_tokens_delta")) or 0))
-        for at, v in samples
-    ]
-    if quiet_now(loads, now, cfg.quiet_window) is not None:
-        return None
-    return now + cfg.quiet_retry, "the restart waits for a quiet window: users are being served"
-
-
-__all__ = [
-    "JUMP",
-    "Estimate",
-    "QuietConfig",
-    "Trend",
-    "closer_together",
-    "quiet_now",
-    "restart_moment",
-]
+__all__ = ["JUMP", "Estimate", "Trend"]

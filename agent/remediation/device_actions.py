@@ -57,21 +57,6 @@ async def restart(ctx: Context, inc: Incident, params: dict[str, Any], ev: Evide
     return Done(Outcome.OK, "restart the server", {}, restart=True)
 
 
-def until_quiet(ctx: Context, inc: Incident, ev: Evidence) -> tuple[float | None, str] | None:
-    """``restart_when_quiet`` waits for a quiet window (``collectors/trend.py`` decides from
-    the earlier planned restarts, the time to OOM, the users' load); None acts now."""
-    from ascend_doctor.collectors.trend import restart_moment
-
-    now, store, cfg = ctx.clock(), ctx.store, ctx.config
-    doctor = store.doctor()
-    restarts = [
-        *([doctor.started_at] if doctor else []),
-        *store.action_times(inc.category, "restart_when_quiet"),
-    ]
-    samples = store.sample_series("vllm", "server", now - cfg.quiet_window)
-    return restart_moment(now, restarts, ev.captures, now - inc.opened_at, samples, cfg)
-
-
 def failed_device(
     ctx: Context, inc: Incident, params: Mapping[str, Any], ev: Evidence
 ) -> int | None:
@@ -209,5 +194,4 @@ __all__ = [
     "reset_command",
     "reset_device",
     "restart",
-    "until_quiet",
 ]

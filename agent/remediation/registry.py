@@ -18,6 +18,7 @@ from ascend_doctor.agent.remediation.context import Context, Evidence
 from ascend_doctor.agent.remediation.launch_actions import Action
 from ascend_doctor.core.errors import RuleError
 from ascend_doctor.core.events import Incident, PlannedAction
+from ascend_doctor.core.quiet import until_quiet
 from ascend_doctor.rules.loader import RuleSet
 
 
@@ -135,7 +136,7 @@ _SPECS = (
         _fixed("restart the server in the next quiet window, before memory runs out"),
         touches_server=True,
         cooldown=Cooldown.NONE,
-        postpone=dev.until_quiet,
+        postpone=until_quiet,
     ),
     ActionSpec(
         "reset_device",

@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 
 from ascend_doctor.collectors.npu_smi import NpuSmiCollector, parse_info, samples_from_info
-from ascend_doctor.collectors.trend import Trend, closer_together, quiet_now, restart_moment
+from ascend_doctor.collectors.trend import Trend
 from ascend_doctor.core.config import RemediationConfig
 from ascend_doctor.core.events import Sample
+from ascend_doctor.core.quiet import closer_together, quiet_now, restart_moment
 from ascend_doctor.rules import Engine, load_rules
 from tests.conftest import FIXTURES
 
