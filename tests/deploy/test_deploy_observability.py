@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
@@ -310,7 +311,7 @@ def _feed() -> tuple[dict[str, Instrument], str]:
     from prometheus_client import CollectorRegistry, generate_latest
 
     from ascend_doctor.agent.telemetry.metrics import DoctorMetrics
-    from ascend_doctor.core.events import ActionResult, Finding, Role
+    from ascend_doctor.core.events import ActionResult, Finding, Incident, IncidentState, Role
 
     registry = CollectorRegistry(auto_describe=True)
     memory = InMemoryMetricReader()
@@ -329,6 +330,12 @@ def _feed() -> tuple[dict[str, Instrument], str]:
                       role=Role.ROOT, subject="npu0", summary="out of memory", at=1.0))  # fmt: skip
     m.action(ActionResult("restart_server", {}, Outcome.OK, "", 1.0))
     m.collector_run("npu_smi", 0.1, ok=False)
+    first = Incident(1, Category("server_unresponsive"), "server", IncidentState.OPEN,
+                     Severity.CRITICAL, "canary-unanswered-idle", "s", 1.0)  # fmt: skip
+    second = dataclasses.replace(first, id=2, opened_at=61.0)
+    m.incident(None, first)
+    m.incident(None, second)
+    m.incident(second, dataclasses.replace(second, state=IncidentState.RESOLVED, resolved_at=90.0))
     m.received_spans.add(1)
     m.rejected.add(1, {"reason": "malformed"})
     data = memory.get_metrics_data()
