@@ -47,6 +47,8 @@ class CollectorRunner:
         self._on_run = on_run
         self.status = CollectorStatus(spec.name)
         """How it has been doing (also in the store)."""
+        self.first_run = asyncio.Event()
+        """Set when its first run is over, however it went."""
 
     async def run(self) -> None:
         """Run until cancelled (or until its binary turns out not to exist)."""
@@ -89,8 +91,11 @@ class CollectorRunner:
             st, last_duration_s=round(time.monotonic() - t0, 3), at=time.time()
         )
         self.status = st
-        self._on_run(name, st.last_duration_s, st.ok)
-        self.store.set_collector(st)
+        try:
+            self._on_run(name, st.last_duration_s, st.ok)
+            self.store.set_collector(st)
+        finally:
+            self.first_run.set()
 
 
 def build_runners(

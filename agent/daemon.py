@@ -41,7 +41,8 @@ from ascend_doctor.core.config import Config
 from ascend_doctor.core.events import Finding, ProcessEvent, ProcessState, Sample
 from ascend_doctor.core.launch import LaunchSpec, server_spec
 from ascend_doctor.core.procs import process_start
-from ascend_doctor.core.records import DoctorStatus, LaunchRecord, ProfilingSetup, ServerStatus
+from ascend_doctor.core.records import DoctorStatus, LaunchRecord, ServerStatus
+from ascend_doctor.core.sdnotify import NOTIFY_VARS, Notifier, systemd_tasks
 from ascend_doctor.core.store import Store
 from ascend_doctor.rules import Engine, RuleSet
 
@@ -65,7 +66,10 @@ class Daemon:
         self.attach = attach
         self.state_dir = state_dir
         self.base_spec = spec
-        self.base_env = dict(os.environ if base_env is None else base_env)
+        # systemd's notify variables are the doctor's alone (sdnotify.py)
+        self.notifier = Notifier.from_environ(os.environ)
+        env = os.environ if base_env is None else base_env
+        self.base_env = {k: v for k, v in env.items() if k not in NOTIFY_VARS}
         self.store = Store.in_dir(state_dir)
         # alerts: a listener queues every alerting transition in the outbox (a bad sink is a
         # start-up error); the "alerts" task delivers it
@@ -211,12 +215,7 @@ class Daemon:
     async def run(self) -> int:
         """Run until ``shutdown()``; returns the exit status for the CLI."""
         if self.base_spec is not None:
-            if self.config.profiling.enabled:
-                self.torch_dir.mkdir(parents=True, exist_ok=True)
-                prof = self.config.profiling
-                self.store.set_profiling(
-                    ProfilingSetup(str(self.torch_dir), self.server_url, prof.msprof)
-                )
+            self.profiler.prepare()
             self.store.set_launch(LaunchRecord(self.base_spec.argv, dict(self.base_spec.env)))
         await self.telemetry.start()
         self.logs.start()
@@ -248,6 +247,9 @@ class Daemon:
             asyncio.create_task(self.requests.run(), name="requests"),
             *(asyncio.create_task(r.run(), name=r.spec.name) for r in self.collectors),
         ]
+        waits = [r.first_run for r in self.collectors if not r.spec.while_running]
+        mode = "attached to" if self.attach else "supervising" if self.base_spec else "observing"
+        tasks += systemd_tasks(self.notifier, waits, mode, lambda: tasks)
         process = self.server.process
         sup_task = None
         if process is not None:
@@ -261,6 +263,7 @@ class Daemon:
             if sup_task is not None and sup_task.done():
                 sup_task.result()
         finally:
+            self.notifier.notify("STOPPING=1")
             for t in tasks:
                 t.cancel()
             _, stuck = await asyncio.wait(tasks, timeout=10)
@@ -273,6 +276,7 @@ class Daemon:
             await self.logs.close()
             await self.telemetry.close()
             self.store.close()
+            self.notifier.close()
         return 1 if self.server.state == ProcessState.FATAL else 0
 
     def shutdown(self) -> None:
@@ -319,6 +323,7 @@ class Daemon:
             self._verify_wanted.set()
             self.versions.running()
         self.store.add_process_event(event)
+        self.notifier.notify(f"STATUS=server {event.state.value}")
         self.store.set_server(
             ServerStatus(
                 state=event.state,

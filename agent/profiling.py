@@ -31,7 +31,7 @@ import httpx
 from ascend_doctor.collectors.profiling import analyze, render_text
 from ascend_doctor.core.config import ProfilingConfig
 from ascend_doctor.core.errors import RemediationError
-from ascend_doctor.core.records import Artifact, ProfileSummary
+from ascend_doctor.core.records import Artifact, ProfileSummary, ProfilingSetup
 from ascend_doctor.core.store import Store
 
 TORCH_KIND = "torch_profile"
@@ -296,6 +296,14 @@ class ServerProfiler:
         self._url = url
         self.torch_dir = torch_dir
         """Where the server writes its torch traces (``--profiler-config``)."""
+
+    def prepare(self) -> None:
+        """Before the server starts with ``profiling.enabled``: the folder its torch traces go
+        to, and the setup in the store for ``ascend-doctor profile``."""
+        if self.config.enabled:
+            self.torch_dir.mkdir(parents=True, exist_ok=True)
+            setup = ProfilingSetup(str(self.torch_dir), self._url(), self.config.msprof)
+            self.store.set_profiling(setup)
 
     async def capture(self) -> Artifact:
         """One capture of ``profiling.capture_seconds``, recorded; ProfileError when the

@@ -27,6 +27,7 @@ from ascend_doctor.collectors.npu_smi_format import (
     NpuProcess,
     NpuSmiResult,
     ResetResult,
+    board_identity,
     dcmi_error,
     parse_info,
     parse_pairs,
@@ -175,19 +176,23 @@ class NpuSmiCollector:
         *,
         timeout: float,
         usages: bool = False,
+        board: bool = True,
         trend_window: float = 3600.0,
         serving: Callable[[], bool] = lambda: True,
     ) -> None:
-        self._serving = serving
         self.binary = binary
         self.timeout = timeout
         self.usages = usages
+        self.board = board
+        """Read each chip's board identity once (``model_name``, ``vdie_id``)."""
+        self._serving = serving
         self.trend_window = trend_window
         self.trends: dict[str, Trend] = {}
         """Each chip's HBM trend, while the same processes hold it."""
         self.parse_failures = 0
         self.last_raw = ""
         self.last_dcmi: tuple[int, str] | None = None
+        self._boards: dict[str, dict[str, str]] = {}
 
     async def collect(self) -> list[Sample]:
         """Samples of every chip; CollectorError when npu-smi fails, hangs or says nothing."""
@@ -211,14 +216,39 @@ class NpuSmiCollector:
             self.last_raw = text[-8192:]
             raise CollectorError(str(exc), raw=self.last_raw) from None
         samples = samples_from_info(info, started)
+        if self.board:
+            await self._read_boards([s.subject for s in samples if s.subject not in self._boards])
         out = []
         for sample in samples:
             if sample.values.get("health") not in ("OK", None):
                 sample = await self._with_health_detail(sample)
             if self.usages and "." not in sample.subject:
                 sample = await self._with_usages(sample)
+            board = self._boards.get(sample.subject)
+            if board:
+                sample = Sample(sample.collector, sample.subject, sample.at,
+                                {**sample.values, **board})  # fmt: skip
             out.append(self._with_trend(sample))
         return out
+
+    async def _read_boards(self, subjects: list[str]) -> None:
+        """``info -t board -i N -c C`` once per chip and doctor run: the identity NPU Exporter
+        labels its series with (``model_name``, ``vdie_id``). A chip whose board cannot be
+        read goes without them; it is not asked again."""
+        if not subjects:
+            return
+
+        async def one(subject: str) -> dict[str, str]:
+            npu, _, chip = subject.removeprefix("npu").partition(".")
+            args = ["info", "-t", "board", "-i", npu, "-c", chip or "0"]
+            try:
+                res = await run_npu_smi(self.binary, args, timeout=self.timeout)
+            except CollectorError:
+                return {}
+            return board_identity(parse_pairs(res.stdout))
+
+        found = await asyncio.gather(*(one(s) for s in subjects))
+        self._boards.update(zip(subjects, found, strict=True))
 
     def _with_trend(self, sample: Sample) -> Sample:
         """HBM growth and the time to a full card, for a card the same processes hold."""

@@ -27,6 +27,7 @@ HEALTH_STATES = ("OK", "Warning", "Alarm", "Critical", "UNKNOWN")
 _DCMI_RET = re.compile(r"\bret is\s*(-?\d+)", re.IGNORECASE)
 _NO_PROCS = re.compile(r"No running processes found in NPU\s+(\d+)", re.IGNORECASE)
 _PAIR = re.compile(r"^\s*([^:]*[^:\s])\s*:\s*(.*?)\s*$")
+_HEX_WORD = re.compile(r"[0-9A-Fa-f]{1,8}")
 _SLASH = re.compile(r"\s*/\s*")
 
 
@@ -320,6 +321,21 @@ def parse_pairs(text: str) -> dict[str, str]:
     return pairs
 
 
+def board_identity(pairs: dict[str, str]) -> dict[str, str]:
+    """``model_name`` and ``vdie_id`` from ``npu-smi info -t board`` pairs, in the form Huawei
+    NPU Exporter gives them (mind-cluster ``ascend-common/devmanager/common/utils.go``
+    GetNpuName: ``<name>-<type>-<version>``; ``devmanager/dcmi/dcmi.go`` DcGetDieID: the
+    words upper-case, 8 digits each, joined by ``-``). Missing fields are left out."""
+    out: dict[str, str] = {}
+    parts = [pairs.get(k, "").strip() for k in ("Chip Name", "Chip Type", "Chip Version")]
+    if all(p and p != "NA" for p in parts):
+        out["model_name"] = "-".join(parts)
+    words = pairs.get("VDie ID", "").split()
+    if words and all(_HEX_WORD.fullmatch(w) for w in words):
+        out["vdie_id"] = "-".join(w.upper().zfill(8) for w in words)
+    return out
+
+
 RESET_ANSWERS = "Y\ny\n"
 """What the doctor types at ``npu-smi set -t reset``: yes to ``Are you sure you want to continue
 resetting?(Y/N)`` and, on boards whose NPUs HCCS joins (Atlas 800T A2), yes to ``... it will
@@ -385,6 +401,8 @@ def samples_from_info(info: NpuInfo, at: float) -> list[Sample]:
             "pids": pids,
             "driver_version": info.version,
         }
+        if dev.chip_phy_id is not None:
+            values["phy_id"] = dev.chip_phy_id
         samples.append(Sample(collector=COLLECTOR, subject=subject, at=at, values=values))
     return samples
 
@@ -407,6 +425,7 @@ __all__ = [
     "NpuProcess",
     "NpuSmiResult",
     "ResetResult",
+    "board_identity",
     "dcmi_error",
     "parse_info",
     "parse_pairs",

@@ -32,7 +32,6 @@ from opentelemetry.trace import (
     Tracer,
 )
 
-from ascend_doctor.agent.telemetry.resource import device_attributes
 from ascend_doctor.core.events import (
     ActionResult,
     Finding,
@@ -42,6 +41,7 @@ from ascend_doctor.core.events import (
     Severity,
 )
 from ascend_doctor.core.store import Store
+from ascend_doctor.metrics.devices import device_attributes, join_labels
 
 log = logging.getLogger(__name__)
 
@@ -153,6 +153,9 @@ class IncidentTracer:
         sample = self.store.latest_samples("npu_smi").get(inc.subject)
         if sample is not None:
             attrs.update(device_attributes(inc.subject, sample))
+            # NPU Exporter's chip identity as on the device's series: the trace joins them
+            joins = join_labels(inc.subject, sample)
+            attrs.update({k: v for k, v in joins.items() if k in ("vdie_id", "model_name")})
         span = self.tracer.start_span(
             f"incident {inc.category.value}",
             context=Context(),
@@ -252,6 +255,8 @@ class IncidentTracer:
             exc = self.exceptions.take(result.reason)
             if exc is not None:
                 span.record_exception(exc)
+            # error.type: low-cardinality, as the conventions ask of every failed operation
+            span.set_attribute("error.type", type(exc).__name__ if exc else result.outcome.value)
             span.set_status(Status(StatusCode.ERROR, result.reason))
         elif result.outcome == Outcome.OK:
             span.set_status(Status(StatusCode.OK))
@@ -296,6 +301,7 @@ class IncidentTracer:
         if ok:
             span.set_status(Status(StatusCode.OK))
         else:
+            span.set_attribute("error.type", "unhealthy")
             span.set_status(Status(StatusCode.ERROR, result.reason if result else "failed"))
         span.end(end_time=ns(end))
 
@@ -318,10 +324,11 @@ class IncidentTracer:
         root.set_attribute("incident.attempts", inc.attempts)
         root.set_attribute("incident.acknowledged", inc.acknowledged)
         if interrupted:
-            root.set_attribute("doctor.interrupted", True)
+            root.set_attribute("ascend_doctor.interrupted", True)
         elif inc.state == IncidentState.ESCALATED:
             actions = self.store.actions(inc.id)
             why = actions[-1].reason if actions else "escalated"
+            root.set_attribute("error.type", "escalated")
             root.set_status(Status(StatusCode.ERROR, f"escalated: {why}"))
         else:
             root.set_status(Status(StatusCode.OK))

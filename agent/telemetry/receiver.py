@@ -23,12 +23,12 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 from ascend_doctor.agent.telemetry.export import Endpoint
-from ascend_doctor.agent.telemetry.metrics import DoctorMetrics
 from ascend_doctor.agent.telemetry.span_codec import to_otlp_proto
 from ascend_doctor.collectors.otlp import from_otlp_json, from_otlp_proto
 from ascend_doctor.core.errors import TelemetryError
 from ascend_doctor.core.httpd import HttpServer, Request, Response
 from ascend_doctor.core.store import SpanRecord, Store
+from ascend_doctor.metrics.doctor import DoctorMetrics
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +114,7 @@ class Receiver:
             self.accepted += len(spans)
             if self.metrics is not None:
                 self.metrics.received_spans.add(len(spans))
+                self.metrics.request_spans(spans)
             self._enqueue(spans)
         if ctype == "application/json":
             return Response(200, b"{}", "application/json")

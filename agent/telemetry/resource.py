@@ -19,19 +19,9 @@ from opentelemetry.sdk.resources import Resource
 from ascend_doctor import __version__
 from ascend_doctor.core.events import Sample
 from ascend_doctor.core.store import Store
+from ascend_doctor.metrics.devices import device_attributes
 
 INSTANCE_KEY = "telemetry.instance_id"
-
-
-def device_attributes(subject: str, sample: dict[str, Any]) -> dict[str, str]:
-    """``hw.*`` of one device from its npu-smi sample (subject ``npu3`` or ``npu3.1``)."""
-    attrs = {"hw.id": subject, "hw.type": "npu"}
-    name = sample.get("name")
-    if name:
-        attrs["hw.model"] = f"Ascend {name}" if not str(name).startswith("Ascend") else str(name)
-    if sample.get("driver_version"):
-        attrs["hw.driver_version"] = str(sample["driver_version"])
-    return attrs
 
 
 def instance_id(store: Store) -> str:
@@ -75,4 +65,4 @@ def _arch(machine: str) -> str:
     return {"x86_64": "amd64", "aarch64": "arm64", "arm64": "arm64"}.get(machine, machine.lower())
 
 
-__all__ = ["build_resource", "device_attributes", "instance_id"]
+__all__ = ["build_resource", "instance_id"]

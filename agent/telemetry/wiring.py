@@ -23,13 +23,21 @@ from ascend_doctor.agent.telemetry.export import (
 )
 from ascend_doctor.agent.telemetry.incident_traces import FixedIds, IncidentTracer
 from ascend_doctor.agent.telemetry.lifecycle import LifecycleTracer
-from ascend_doctor.agent.telemetry.metrics import DoctorMetrics
 from ascend_doctor.agent.telemetry.receiver import Receiver, summary
 from ascend_doctor.agent.telemetry.resource import build_resource
 from ascend_doctor.core.config import Config
-from ascend_doctor.core.events import ActionResult, Finding, Incident, ProcessEvent, Sample
+from ascend_doctor.core.events import (
+    ActionResult,
+    Finding,
+    Incident,
+    IncidentState,
+    ProcessEvent,
+    Sample,
+)
 from ascend_doctor.core.httpd import HttpServer, Request, Response, parse_address
 from ascend_doctor.core.store import Store, StoreListener
+from ascend_doctor.metrics.doctor import DoctorMetrics
+from ascend_doctor.metrics.prom import prometheus_reader
 
 log = logging.getLogger(__name__)
 
@@ -103,16 +111,16 @@ class Telemetry(StoreListener):
             logging.getLogger("opentelemetry.exporter.otlp").setLevel(logging.CRITICAL)
         self.prom_registry: Any = None
         if tc.prometheus:
-            from opentelemetry.exporter.prometheus import PrometheusMetricReader
-            from prometheus_client import CollectorRegistry
-
-            self.prom_registry = CollectorRegistry(auto_describe=True)
-            readers.append(PrometheusMetricReader(registry=self.prom_registry))
+            reader, self.prom_registry = prometheus_reader()
+            readers.append(reader)
         self.meter_provider = MeterProvider(
             resource=self.resource, metric_readers=readers, shutdown_on_exit=False
         )
         self.metrics = DoctorMetrics(
-            self.meter_provider, lines_read=self.lines_read, spans_dropped=self._dropped
+            self.meter_provider,
+            lines_read=self.lines_read,
+            spans_dropped=self._dropped,
+            budget_per_hour=self.config.remediation.budget_per_hour,
         )
         tracer = self.tracer_provider.get_tracer("ascend_doctor", __version__)
         self.incidents = IncidentTracer(
@@ -130,7 +138,8 @@ class Telemetry(StoreListener):
 
         timeout = min(self.config.collectors.npu_smi.timeout, 5.0)
         try:
-            return list(await NpuSmiCollector(self.npu_smi, timeout=timeout).collect())
+            smi = NpuSmiCollector(self.npu_smi, timeout=timeout, board=False)
+            return list(await smi.collect())
         except Exception as exc:  # no npu-smi, a hung one: telemetry goes on without hw.*
             log.info("telemetry: no NPU list for the resource: %s", exc)
             return []
@@ -160,6 +169,7 @@ class Telemetry(StoreListener):
         """Start the receiver and the scrape endpoint (in the running loop); a port that
         cannot be bound is logged and that part stays off: the daemon goes on."""
         self._build(await self._devices())
+        self._seed()
         tr = self.config.tracing
         if tr.capture_server or tr.receiver:
             receiver = Receiver(
@@ -182,6 +192,26 @@ class Telemetry(StoreListener):
                 log.info("telemetry: Prometheus metrics at %s:%d", *self.prometheus_bound)
             except OSError as exc:
                 log.error("telemetry: Prometheus cannot listen on %s: %s", self.prometheus_at, exc)
+
+    def _seed(self) -> None:
+        """What the metrics must know from before this run: the incidents that still need
+        attention and the budget already used; a store that cannot say is logged."""
+        try:
+            for incident in self.store.incidents(
+                states=(IncidentState.OPEN, IncidentState.MITIGATING, IncidentState.ESCALATED)
+            ):
+                self.metrics.incidents.track(incident)
+        except Exception:  # metrics go on without the history
+            log.exception("telemetry: reading open incidents failed")
+        self._budget_changed()
+
+    def _budget_changed(self) -> None:
+        try:
+            steps = [e.at for e in self.store.ledger().history]
+        except Exception as exc:  # unreadable ledger: the policy fails closed and says so
+            log.warning("telemetry: remediation ledger unreadable: %s", exc)
+            return
+        self.metrics.incidents.budget_used(steps)
 
     async def _scrape(self, req: Request) -> Response:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -263,11 +293,13 @@ class Telemetry(StoreListener):
         """A remediation decision was stored."""
         self._build()
         self.metrics.action(result)
+        self._budget_changed()
         self.incidents.action_added(incident_id, result)
 
     def process_event(self, event: ProcessEvent) -> None:
         """The supervisor changed state."""
         self._build()
+        self.metrics.process_event(event)
         self.lifecycle.process_event(event)
 
     def sample_added(self, collector: str, subject: str, at: float, data: dict[str, Any]) -> None:

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 import shutil
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -16,6 +14,17 @@ import pytest
 import yaml
 
 from ascend_doctor.core.events import Category, Outcome, Severity
+
+from .metric_table import (
+    SERIES_LABELS,
+    collector_name,
+    declared,
+    documented,
+    documented_series,
+    family_name,
+    feed,
+    scraped,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -94,7 +103,7 @@ def test_resource_labels_do_not_clobber_the_points_own(tmp_path: Path) -> None:
     or every NPU's hw_id becomes the same list and a host's devices collapse into one series."""
     labels = _metric_resource_labels(tmp_path)
     assert "host_name" in labels
-    instruments, _ = _feed()
+    instruments, _ = feed()
     point_labels = set().union(*(i.labels for i in instruments.values()))
     assert "hw_id" in point_labels
     assert not labels & point_labels, labels & point_labels
@@ -231,195 +240,28 @@ def _dashboard() -> dict[str, Any]:
     return data
 
 
-@dataclass(frozen=True)
-class Row:
-    """One row of docs/telemetry.md's metric table."""
-
-    otel: str
-    unit: str
-    collector: str
-    """The name through the OpenTelemetry Collector (what the dashboard queries)."""
-    doctor: str
-    """The name on the doctor's own /metrics."""
-    labels: frozenset[str]
-
-
-def _documented() -> dict[str, Row]:
-    """docs/telemetry.md's metric table, by OpenTelemetry name."""
-    text = (ROOT / "docs" / "telemetry.md").read_text()
-    rows: dict[str, Row] = {}
-    for line in text.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 6 and cells[0].startswith("`") and cells[2].startswith("`"):
-            labels = frozenset(x.strip() for x in cells[4].split(",") if x.strip())
-            row = Row(cells[0].strip("`"), cells[1], cells[2].strip("`"), cells[3].strip("`"),
-                      labels)  # fmt: skip
-            assert row.otel not in rows, row.otel
-            rows[row.otel] = row
-    assert rows, "no metric table in docs/telemetry.md"
-    return rows
-
-
-def _documented_metrics() -> set[str]:
-    """Prometheus names through the Collector (the dashboard's), histogram series included."""
-    names = set()
-    for row in _documented().values():
-        names.add(row.collector)
-        if row.collector.endswith("_seconds") and "histogram" in _HISTOGRAMS.get(row.otel, ""):
-            names |= {row.collector + s for s in ("_bucket", "_sum", "_count")}
-    return names
-
-
-# -- the real instruments ----------------------------------------------------------------------
-
-_DECLARED = re.compile(
-    r'\.create_(?:observable_)?(gauge|counter|histogram|up_down_counter)\(\s*"([^"]+)"'
-)
-
-
-def _declared() -> dict[str, str]:
-    """Instrument name -> kind, parsed from agent/telemetry/metrics.py's create_* calls."""
-    text = (ROOT / "agent" / "telemetry" / "metrics.py").read_text()
-    return {name: kind for kind, name in _DECLARED.findall(text)}
-
-
-_HISTOGRAMS = {n: k for n, k in _declared().items() if k == "histogram"}
-
-
-@dataclass(frozen=True)
-class Instrument:
-    """What the SDK exported for one instrument, and its name on the doctor's /metrics."""
-
-    unit: str
-    kind: str
-    """gauge, counter (monotonic sum), histogram."""
-    labels: frozenset[str]
-
-
-def _feed() -> tuple[dict[str, Instrument], str]:
-    """Every instrument DoctorMetrics creates, fed once through the doctor's own feeds; what
-    the SDK exports, and the Prometheus text the doctor's endpoint serves for it (the same
-    PrometheusMetricReader and registry as agent/telemetry/wiring.py)."""
-    from opentelemetry.exporter.prometheus import PrometheusMetricReader
-    from opentelemetry.sdk.metrics import MeterProvider
-    from opentelemetry.sdk.metrics.export import (
-        Gauge,
-        Histogram,
-        InMemoryMetricReader,
-        Sum,
-    )
-    from prometheus_client import CollectorRegistry, generate_latest
-
-    from ascend_doctor.agent.telemetry.metrics import DoctorMetrics
-    from ascend_doctor.core.events import ActionResult, Finding, Incident, IncidentState, Role
-
-    registry = CollectorRegistry(auto_describe=True)
-    memory = InMemoryMetricReader()
-    provider = MeterProvider(
-        metric_readers=[memory, PrometheusMetricReader(registry=registry)],
-        shutdown_on_exit=False,
-    )
-    m = DoctorMetrics(provider, lines_read=lambda: 7, spans_dropped=lambda: {"doctor": 1})
-    m.sample("npu_smi", "npu0", {"health": "OK", "hbm_used_mb": 1, "hbm_total_mb": 2,
-                                 "aicore_pct": 5, "temp_c": 40, "power_w": 90, "name": "910B3",
-                                 "driver_version": "24.1.rc2"})  # fmt: skip
-    m.sample("vllm", "server", {"health_status": 200, "running": 1, "waiting": 0,
-                                "kv_cache_usage": 0.5, "ttft_p99": 0.2,
-                                "preemptions_delta": 1})  # fmt: skip
-    m.finding(Finding(rule="npu-oom", category=Category("npu_oom"), severity=Severity.ERROR,
-                      role=Role.ROOT, subject="npu0", summary="out of memory", at=1.0))  # fmt: skip
-    m.action(ActionResult("restart_server", {}, Outcome.OK, "", 1.0))
-    m.collector_run("npu_smi", 0.1, ok=False)
-    first = Incident(1, Category("server_unresponsive"), "server", IncidentState.OPEN,
-                     Severity.CRITICAL, "canary-unanswered-idle", "s", 1.0)  # fmt: skip
-    second = dataclasses.replace(first, id=2, opened_at=61.0)
-    m.incident(None, first)
-    m.incident(None, second)
-    m.incident(second, dataclasses.replace(second, state=IncidentState.RESOLVED, resolved_at=90.0))
-    m.received_spans.add(1)
-    m.rejected.add(1, {"reason": "malformed"})
-    data = memory.get_metrics_data()
-    text = generate_latest(registry).decode()
-    provider.shutdown()
-    assert data is not None
-    out: dict[str, Instrument] = {}
-    for rm in data.resource_metrics:
-        for sm in rm.scope_metrics:
-            for metric in sm.metrics:
-                d = metric.data
-                if isinstance(d, Gauge):
-                    kind = "gauge"
-                elif isinstance(d, Sum):
-                    kind = "counter" if d.is_monotonic else "updowncounter"
-                else:
-                    assert isinstance(d, Histogram), metric.name
-                    kind = "histogram"
-                keys = {k for p in d.data_points for k in (p.attributes or {})}
-                labels = frozenset(k.replace(".", "_") for k in keys)
-                out[metric.name] = Instrument(metric.unit or "", kind, labels)
-    return out, text
-
-
-# pkg/translator/prometheus in opentelemetry-collector-contrib (normalize_name.go): the
-# prometheus and prometheusremotewrite exporters' names with suffixes on (their default)
-_UNITS = {"s": "seconds", "ms": "milliseconds", "By": "bytes", "Cel": "celsius", "W": "watts",
-          "1": "", "%": "percent", "Hz": "hertz"}  # fmt: skip
-
-
-def _collector_name(name: str, unit: str, kind: str) -> str:
-    tokens = [t for t in re.split(r"[^A-Za-z0-9]+", name) if t]
-    main = unit.split("/", 1)[0].strip()
-    if main and "{" not in main and "}" not in main:
-        prom = "_".join(t for t in re.split(r"[^A-Za-z0-9]+", _UNITS.get(main, main)) if t)
-        if prom and prom not in tokens:
-            tokens.append(prom)
-    if kind == "counter":
-        tokens = [t for t in tokens if t != "total"] + ["total"]
-    if unit == "1" and kind == "gauge":
-        tokens = [t for t in tokens if t != "ratio"] + ["ratio"]
-    return "_".join(tokens)
-
-
-def _scraped(text: str) -> dict[str, set[str]]:
-    """Prometheus text -> metric family name -> label names of its samples."""
-    types = dict(re.findall(r"^# TYPE (\S+) (\S+)$", text, re.M))
-    out: dict[str, set[str]] = {name: set() for name in types if name != "target_info"}
-    for line in text.splitlines():
-        found = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? ", line)
-        if line.startswith("#") or found is None:
-            continue
-        series, labels = found.groups()
-        family = next(
-            (f for f in out if series in (f, f + "_bucket", f + "_sum", f + "_count")), None
-        )
-        if family is None:
-            continue
-        names = set(re.findall(r'(?:^|,)([a-zA-Z_][a-zA-Z0-9_]*)="', labels or ""))
-        out[family] |= {n for n in names if not n.startswith("otel_scope_") and n != "le"}
-    return out
-
-
 def test_metric_table_is_what_the_doctor_exports() -> None:
-    instruments, text = _feed()
-    declared = _declared()
-    # every instrument metrics.py creates was fed: a new one cannot go undocumented
-    assert set(instruments) == set(declared), set(declared) ^ set(instruments)
-    rows = _documented()
+    instruments, text = feed()
+    # every instrument the metrics modules create was fed: a new one cannot go undocumented
+    assert set(instruments) == set(declared()), set(declared()) ^ set(instruments)
+    rows = documented()
     assert set(rows) == set(instruments), set(rows) ^ set(instruments)
-    scraped = _scraped(text)
-    assert {r.doctor for r in rows.values()} == set(scraped), {
-        r.doctor for r in rows.values()
-    } ^ set(scraped)
+    families = scraped(text)
+    kinds = {f: k for f, k in re.findall(r"^# TYPE (\S+) (\S+)$", text, re.M)}
+    served = {family_name(f, kinds[f]): f for f in families}
+    assert {r.prometheus for r in rows.values()} == set(served), {
+        r.prometheus for r in rows.values()
+    } ^ set(served)
     for name, inst in instruments.items():
         row = rows[name]
-        assert row.unit == inst.unit, (name, row.unit, inst.unit)
-        assert row.labels == inst.labels, (name, row.labels, inst.labels)
-        assert row.collector == _collector_name(name, inst.unit, inst.kind), name
-        assert scraped[row.doctor] == set(inst.labels), (name, scraped[row.doctor])
-        # the doctor's SDK exporter and the Collector differ only by _ratio on unit-1 gauges
-        ratio = inst.unit == "1" and inst.kind == "gauge"
-        assert row.collector == row.doctor + ("_ratio" if ratio else ""), name
-    assert "npu_hbm_used_bytes" in {r.collector for r in rows.values()}
+        assert (row.kind, row.unit) == (inst.kind, inst.unit), (name, row, inst)
+        assert row.labels == inst.labels, (name, row.labels ^ inst.labels)
+        # one name: the Collector's rules give the name the doctor's endpoint serves
+        assert row.prometheus == collector_name(name, inst.unit, inst.kind), name
+        assert families[served[row.prometheus]] == set(inst.labels) | SERIES_LABELS, name
+    # the names the issue asks for
+    assert {"hw_status", "hw_errors_total", "ascend_doctor_incidents_total"} <= set(served)
+    assert not any(n.startswith(("vllm", "npu_", "doctor_")) for n in served)
 
 
 _PROMQL_WORDS = {
@@ -464,22 +306,23 @@ def test_dashboard_panels_each_have_a_query() -> None:
 
 
 def test_dashboard_uses_the_documented_metric_names() -> None:
-    documented = _documented_metrics()
-    assert "npu_hbm_used_bytes" in documented
+    names = documented_series()
     used: set[str] = set()
     for panel in _dashboard()["panels"]:
         for target in panel.get("targets", []):
             if "expr" in target:
                 used |= _metric_names(target["expr"])
     used.discard("__range")
-    assert used and used <= documented, used - documented
-    # every device metric issue 7 names is on the dashboard
-    for prefix in ("npu_hbm_used", "npu_hbm_limit", "npu_aicore_utilization", "npu_temperature",
-                   "npu_power", "npu_health"):  # fmt: skip
-        assert any(name.startswith(prefix) for name in used), prefix
+    assert used and used <= names, used - names
+    # every device metric is on the dashboard, and the incidents as counters
+    for metric in ("hw_status", "hw_errors_total", "hw_power_watts", "hw_npu_temperature_celsius",
+                   "hw_npu_utilization_ratio", "hw_npu_memory_usage_bytes",
+                   "hw_npu_memory_limit_bytes", "ascend_doctor_incidents_total",
+                   "ascend_doctor_incidents_active", "ascend_doctor_server_state"):  # fmt: skip
+        assert metric in used, metric
     variables = " ".join(json.dumps(v.get("query", "")) for v in _dashboard()["templating"]["list"])
     for metric in re.findall(r"label_values\((\w+)\s*,", variables):
-        assert metric in documented, metric
+        assert metric in names, metric
 
 
 def _label_names(expr: str) -> set[str]:
@@ -495,7 +338,7 @@ def _label_names(expr: str) -> set[str]:
 def test_dashboard_uses_only_labels_the_series_have(tmp_path: Path) -> None:
     """Every label a query, legend or variable names is an attribute of a documented metric
     or one the Collector makes from the doctor's resource (host_name, ...)."""
-    allowed = set().union(*(r.labels for r in _documented().values()))
+    allowed = set().union(*(r.labels for r in documented().values())) | {"le"}
     allowed |= _metric_resource_labels(tmp_path)
     used: set[str] = set()
     dash = _dashboard()

@@ -188,3 +188,21 @@ def test_systemd_analyze_verify(tmp_path: Path) -> None:
     )
     ours = [ln for ln in (proc.stdout + proc.stderr).splitlines() if str(tmp_path) in ln]
     assert proc.returncode == 0 and not ours, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("name", DOCTOR_UNITS)
+def test_doctor_units_wait_for_ready_and_have_a_watchdog(name: str) -> None:
+    """Type=notify with a watchdog: the doctor (core/sdnotify.py) says READY=1 and pings at
+    half of WATCHDOG_USEC; only its own notifications count; a missed ping restarts it."""
+    unit = parse_unit(SYSTEMD / name)
+    assert value(unit, "Service", "Type") == "notify"
+    assert value(unit, "Service", "NotifyAccess") == "main"  # never the server's
+    watchdog = value(unit, "Service", "WatchdogSec")
+    assert watchdog and watchdog.endswith("s")
+    # pings every WatchdogSec/2: the loop may stall for seconds on a loaded host, not minutes
+    assert 30 <= float(watchdog.rstrip("s")) <= 300
+    assert value(unit, "Service", "Restart") in ("on-failure", "on-watchdog", "always")
+    start = value(unit, "Service", "TimeoutStartSec")
+    assert start and float(start.rstrip("s")) >= 90
+    # the vLLM unit is not the doctor: it says nothing to systemd
+    assert value(parse_unit(SYSTEMD / "vllm.service"), "Service", "Type") == "exec"

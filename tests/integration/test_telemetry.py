@@ -7,6 +7,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -22,7 +23,7 @@ from ascend_doctor.cli.demo import free_port
 from ascend_doctor.core.store import Store
 from ascend_doctor.sim.host import SimHost
 from tests.conftest import poll, read_store
-from tests.deploy.test_deploy_observability import _documented, _scraped
+from tests.deploy.metric_table import SERIES_LABELS, documented, family_name, scraped
 from tests.otlp_collector import Collector, start_collector
 
 pytestmark = pytest.mark.integration
@@ -221,33 +222,43 @@ def test_watch_metrics_prometheus_and_the_servers_request_spans(
             60,
             "server RUNNING",
         )
-        # metrics of the 8 simulated NPUs over OTLP ...
+        # metrics of the 8 simulated NPUs over OTLP, in the hardware conventions ...
         poll(
-            lambda: len({a["hw.id"] for a, _ in collector.points("npu.hbm.used")}) == 8,
+            lambda: len({a["hw.id"] for a, _ in collector.points("hw.npu.memory.usage")}) == 8,
             60,
-            "npu.hbm.used of 8 NPUs at the collector",
+            "hw.npu.memory.usage of 8 NPUs at the collector",
         )
-        for name in ("npu.hbm.limit", "npu.temperature", "npu.power", "npu.health"):
+        for name in ("hw.npu.memory.limit", "hw.npu.temperature", "hw.power", "hw.status"):
             assert len({a["hw.id"] for a, _ in collector.points(name)}) == 8, name
-        assert {a.get("hw.model") for a, _ in collector.points("npu.hbm.used")} == {"Ascend 910B3"}
+        usage = {a["hw.id"]: a for a, _ in collector.points("hw.npu.memory.usage")}
+        assert {a.get("hw.model") for a in usage.values()} == {"Ascend 910B3"}
+        # ... with NPU Exporter's labels, read once per chip from npu-smi info -t board
+        assert usage["npu5"]["id"] == "5" and usage["npu5"]["model_name"] == "910B3-Ascend-V1"
+        assert len({a["vdie_id"] for a in usage.values()}) == 8
+        states = {(a["hw.id"], a["hw.state"]): v for a, v in collector.points("hw.status")}
+        assert states[("npu0", "ok")] == 1 and states[("npu0", "failed")] == 0
+        board_calls = [c for c in host.npu_smi_calls() if "board" in c.get("argv", [])]
+        assert len(board_calls) == 8, board_calls  # once per chip, not per collection
 
         # ... and on the Prometheus endpoint
-        def scraped() -> str | None:
+        def scrape() -> str | None:
             try:
                 text = httpx.get(f"http://127.0.0.1:{prom}/metrics", timeout=5).text
             except httpx.HTTPError:
                 return None
             ids = {ln.split('hw_id="')[1].split('"')[0] for ln in text.splitlines()
-                   if ln.startswith("npu_hbm_used") and 'hw_id="' in ln}  # fmt: skip
+                   if ln.startswith("hw_npu_memory_usage") and 'hw_id="' in ln}  # fmt: skip
             return text if len(ids) == 8 else None
 
-        text = poll(scraped, 60, "8 NPUs on the Prometheus endpoint")
-        assert "doctor_log_lines" in text
+        text = poll(scrape, 60, "8 NPUs on the Prometheus endpoint")
+        assert "ascend_doctor_log_lines_total" in text
         # every family a live doctor serves is in docs/telemetry.md's table, with its labels
-        documented = {r.doctor: r.labels for r in _documented().values()}
-        for family, labels in _scraped(text).items():
-            assert family in documented, family
-            assert labels == documented[family], (family, labels)
+        rows = {r.prometheus: r.labels for r in documented().values()}
+        kinds = dict(re.findall(r"^# TYPE (\S+) (\S+)$", text, re.M))
+        for family, labels in scraped(text).items():
+            name = family_name(family, kinds[family])
+            assert name in rows, name
+            assert labels == rows[name] | SERIES_LABELS, (name, labels ^ rows[name])
 
         # the server's own request spans arrive at the receiver and are stored
         for _ in range(3):
@@ -272,6 +283,19 @@ def test_watch_metrics_prometheus_and_the_servers_request_spans(
         assert attrs["gen_ai.request.id"].startswith("cmpl-")
         assert attrs["gen_ai.latency.time_to_first_token"] > 0
         assert spans[0].kind == "server" and spans[0].resource["service.name"] == "vllm"
+        # each request is one observation in the GenAI histograms
+        poll(
+            lambda: (
+                "gen_ai_server_time_to_first_token_seconds_count"
+                in httpx.get(f"http://127.0.0.1:{prom}/metrics", timeout=5).text
+            ),
+            30,
+            "the GenAI histograms",
+        )
+        served = httpx.get(f"http://127.0.0.1:{prom}/metrics", timeout=5).text.splitlines()
+        count = "gen_ai_server_request_duration_seconds_count"
+        counts = [ln for ln in served if ln.startswith(count)]
+        assert counts and float(counts[0].rsplit(" ", 1)[1]) >= 3, counts
         # forwarded to the collector too
         poll(
             lambda: any(s.name == "llm_request" for s in collector.spans()),

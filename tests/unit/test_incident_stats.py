@@ -8,9 +8,9 @@ import dataclasses
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from ascend_doctor.agent.telemetry.metrics import DoctorMetrics
 from ascend_doctor.core.events import Category, Incident, IncidentState, Severity
 from ascend_doctor.core.incident_stats import CategoryStats, category_stats
+from ascend_doctor.metrics.incidents import IncidentMetrics
 
 
 def incident(n: int, category: Category, opened: float, **kw: object) -> Incident:
@@ -43,13 +43,13 @@ def test_mttr_counts_resolved_incidents_and_mtbi_every_one() -> None:
 def test_repair_time_and_interval_are_metrics_per_category() -> None:
     reader = InMemoryMetricReader()
     provider = MeterProvider(metric_readers=[reader], shutdown_on_exit=False)
-    m = DoctorMetrics(provider)
+    m = IncidentMetrics(provider.get_meter("t"), budget_per_hour=6)
     first = incident(1, HANG, 1000.0)
-    m.incident(None, first)
-    m.incident(first, dataclasses.replace(first, state=RESOLVED, resolved_at=1042.0))
+    m.changed(None, first)
+    m.changed(first, dataclasses.replace(first, state=RESOLVED, resolved_at=1042.0))
     second = incident(2, HANG, 1600.0)
-    m.incident(None, second)
-    m.incident(second, dataclasses.replace(second, state=ESCALATED, resolved_at=1700.0))
+    m.changed(None, second)
+    m.changed(second, dataclasses.replace(second, state=ESCALATED, resolved_at=1700.0))
     data = reader.get_metrics_data()
     assert data is not None
     sums = {
@@ -57,8 +57,13 @@ def test_repair_time_and_interval_are_metrics_per_category() -> None:
         for rm in data.resource_metrics
         for sm in rm.scope_metrics
         for metric in sm.metrics
-        if metric.name.startswith("doctor.incident.")
+        if metric.name.startswith("ascend_doctor.incidents.")
+        and metric.name.split(".")[-1] in ("repair_time", "interval")
     }
-    assert sums["doctor.incident.repair_time"] == [({"category": "server_unresponsive"}, 42.0, 1)]
-    assert sums["doctor.incident.interval"] == [({"category": "server_unresponsive"}, 600.0, 1)]
+    assert sums["ascend_doctor.incidents.repair_time"] == [
+        ({"category": "server_unresponsive"}, 42.0, 1)
+    ]
+    assert sums["ascend_doctor.incidents.interval"] == [
+        ({"category": "server_unresponsive"}, 600.0, 1)
+    ]
     provider.shutdown()

@@ -145,6 +145,9 @@ async def test_a_root_cause_found_after_its_symptom_renames_the_trace(tmp_path: 
 
 async def test_failed_action_records_the_logged_exception(tmp_path: Path) -> None:
     store = Store.in_dir(tmp_path)
+    vdie = "42C711D4-20B03704-4A10C8D4-14CC040A-D2102003"
+    npu0 = {"health": "OK", "name": "910B3", "model_name": "910B3-Ascend-V1", "vdie_id": vdie}
+    store.add_sample("npu_smi", "npu0", T0 - 1, npu0)
     t = telemetry(store)
     inc = store.open_incident(finding())
     try:
@@ -162,8 +165,14 @@ async def test_failed_action_records_the_logged_exception(tmp_path: Path) -> Non
     assert event["name"] == "exception"
     assert event["attributes"]["exception.type"] == "RuntimeError"
     assert event["attributes"]["exception.message"] == "npu-smi vanished"
+    assert failed.attributes["error.type"] == "RuntimeError"
     root = spans["incident npu_oom"]
     assert root.status.startswith("error: escalated")
+    assert root.attributes["error.type"] == "escalated"
+    # the device in the hardware conventions, and the chip identity its metric series carry
+    assert root.attributes["hw.id"] == "npu0" and root.attributes["hw.model"] == "Ascend 910B3"
+    assert root.attributes["vdie_id"] == vdie
+    assert root.attributes["model_name"] == "910B3-Ascend-V1"
     assert "verify" not in spans
     store.close()
 
@@ -176,7 +185,7 @@ async def test_restarted_doctor_continues_the_same_trace(tmp_path: Path) -> None
     await close(t, store)  # the doctor stops mid-incident
     first = store.spans(str(store.incident_trace_id(inc.id)))
     root1 = next(s for s in first if s.parent_id == "")
-    assert root1.attributes["doctor.interrupted"] is True
+    assert root1.attributes["ascend_doctor.interrupted"] is True
     store.close()
 
     store = Store.in_dir(tmp_path)
@@ -187,7 +196,7 @@ async def test_restarted_doctor_continues_the_same_trace(tmp_path: Path) -> None
     spans = store.spans(root1.trace_id)
     roots = [s for s in spans if s.parent_id == ""]
     assert len(roots) == 1 and roots[0].span_id == root1.span_id
-    assert "doctor.interrupted" not in roots[0].attributes
+    assert "ascend_doctor.interrupted" not in roots[0].attributes
     assert roots[0].attributes["incident.state"] == "resolved"
     assert {s.name for s in spans if s.parent_id == root1.span_id} == {
         "detect",
@@ -349,57 +358,6 @@ def test_bad_telemetry_config_stops_start_up(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"'tracing.receiver_address' is '4318'"):
         Telemetry(load_config(p), store)
     store.close()
-
-
-def test_device_and_server_samples_become_metrics() -> None:
-    from opentelemetry.sdk.metrics import MeterProvider
-    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-
-    from ascend_doctor.agent.telemetry.metrics import DoctorMetrics
-
-    reader = InMemoryMetricReader()
-    provider = MeterProvider(metric_readers=[reader], shutdown_on_exit=False)
-    m = DoctorMetrics(provider, lines_read=lambda: 42, spans_dropped=lambda: {"doctor": 3})
-    for npu in range(8):
-        health = "Warning" if npu == 3 else "OK"
-        m.sample(
-            "npu_smi",
-            f"npu{npu}",
-            {"health": health, "hbm_used_mb": 1024, "hbm_total_mb": 65536, "aicore_pct": 50,
-             "temp_c": 40, "power_w": 90.5, "name": "910B3", "driver_version": "24.1.rc2"},
-        )  # fmt: skip
-    m.sample("vllm", "server", {"running": 2, "waiting": 1, "kv_cache_usage": 0.5,
-                                "ttft_p99": 0.2, "preemptions_delta": 2.0})  # fmt: skip
-    m.finding(finding())
-    m.action(ActionResult("restart", {}, Outcome.OK, "", T0))
-    m.collector_run("npu_smi", 0.05, ok=False)
-    data = reader.get_metrics_data()
-    assert data is not None
-    points: dict[str, list[tuple[dict[str, object], float]]] = {}
-    for rm in data.resource_metrics:
-        for sm in rm.scope_metrics:
-            for metric in sm.metrics:
-                for p in metric.data.data_points:
-                    value = getattr(p, "value", None)
-                    points.setdefault(metric.name, []).append(
-                        (dict(p.attributes or {}), float(value if value is not None else p.sum))
-                    )
-    health = {a["hw.id"]: v for a, v in points["npu.health"]}
-    assert health == {f"npu{i}": (0.0 if i == 3 else 1.0) for i in range(8)}
-    used = points["npu.hbm.used"]
-    assert len(used) == 8 and used[0][1] == 1024 * 1024 * 1024
-    assert used[0][0]["hw.model"] == "Ascend 910B3"
-    assert used[0][0]["hw.driver_version"] == "24.1.rc2"
-    assert points["npu.aicore.utilization"][0][1] == 0.5
-    assert points["vllm.num_requests.running"] == [({}, 2.0)]
-    assert points["vllm.kv_cache.usage"] == [({}, 0.5)]
-    assert points["vllm.preemptions"] == [({}, 2.0)]
-    assert points["doctor.log.lines"] == [({}, 42.0)]
-    assert points["doctor.spans.dropped"] == [({"pipeline": "doctor"}, 3.0)]
-    assert points["doctor.remediations"] == [({"action": "restart", "outcome": "ok"}, 1.0)]
-    assert points["doctor.collector.failures"] == [({"collector": "npu_smi"}, 1.0)]
-    assert points["doctor.findings"][0][0]["category"] == "npu_oom"
-    provider.shutdown()
 
 
 @pytest.mark.parametrize("only", ["TRACES", "METRICS"])

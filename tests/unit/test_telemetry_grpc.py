@@ -65,7 +65,7 @@ async def test_spans_and_metrics_over_grpc(tmp_path: Path) -> None:
     finally:
         server.stop(None)
     assert sorted(traces.names) == ["detect", "incident npu_oom", "verify"]
-    assert "doctor.findings" in metrics.names
+    assert "ascend_doctor.findings" in metrics.names
 
 
 def test_importing_the_daemon_loads_neither_textual_nor_grpc() -> None:

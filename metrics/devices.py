@@ -1,0 +1,199 @@
+"""Device metrics in OpenTelemetry's hardware conventions, labelled to join NPU Exporter.
+
+The common hardware metrics keep their names (``hw.status`` with ``hw.state``, ``hw.errors``
+with ``error.type``, ``hw.power``); what only an NPU has goes under ``hw.npu.*``, the way the
+conventions put a GPU's under ``hw.gpu.*`` (semantic-conventions ``model/hardware/``). Every
+point carries the ``hw.*`` identity and, when npu-smi told them, Huawei NPU Exporter's own
+label names and values (``id``, ``vdie_id``, ``model_name``: mind-cluster
+``component/npu-exporter/collector/common/constants.go``), so ``on(vdie_id)`` joins the two.
+
+Values are the last npu-smi sample of each device, reported by observable instruments: the
+callbacks run on whichever thread collects (the OTLP reader's own, or a scrape), so they only
+read an immutable snapshot the daemon's loop replaces.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry.metrics import CallbackOptions, Meter, Observation
+
+from ascend_doctor.core.events import Finding
+
+MIB = 1024 * 1024
+
+HW_STATES = ("ok", "degraded", "failed")
+"""The ``hw.state`` values reported for every device (one of them 1, the others 0)."""
+
+HEALTH_TO_STATE = {"OK": "ok", "Warning": "degraded", "Alarm": "degraded", "Critical": "failed"}
+"""npu-smi's Health column -> ``hw.state``. Warning and Alarm are Huawei's minor and major
+alarms (the device still runs), Critical a device that has failed. UNKNOWN maps to no state:
+every ``hw.status`` point of the device is then 0."""
+
+
+def device_attributes(subject: str, sample: dict[str, Any]) -> dict[str, str]:
+    """``hw.*`` of one device from its npu-smi sample (subject ``npu3`` or ``npu3.1``)."""
+    attrs = {"hw.id": subject, "hw.type": "npu"}
+    name = sample.get("name")
+    if name:
+        attrs["hw.model"] = f"Ascend {name}" if not str(name).startswith("Ascend") else str(name)
+    if sample.get("driver_version"):
+        attrs["hw.driver_version"] = str(sample["driver_version"])
+    return attrs
+
+
+_DEVICE = re.compile(r"^npu\d+(?:\.\d+)?$")
+_CODE_SPLIT = re.compile(r"[\s,;]+")
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def join_labels(subject: str, data: dict[str, Any]) -> dict[str, str]:
+    """NPU Exporter's labels for one device: ``id`` (the physical chip id: the A3
+    ``Chip Phy-ID`` column, else the NPU id, which is the chip's on a host that sees every
+    card), ``model_name`` (``<Chip Name>-<Chip Type>-<Chip Version>`` as its GetNpuName
+    builds it) and ``vdie_id`` (the VDie ID's words joined by ``-``, as its DcGetDieID)."""
+    labels: dict[str, str] = {}
+    phy = data.get("phy_id")
+    if isinstance(phy, int) and not isinstance(phy, bool):
+        labels["id"] = str(phy)
+    else:
+        npu, _, chip = subject.removeprefix("npu").partition(".")
+        if npu.isdigit() and not chip:
+            labels["id"] = npu
+    for key in ("model_name", "vdie_id"):
+        if isinstance(data.get(key), str) and data[key]:
+            labels[key] = data[key]
+    return labels
+
+
+def fault_codes(value: Any) -> frozenset[str]:
+    """The codes of npu-smi's ``Error Code`` (``NA`` and ``0`` are none)."""
+    if not isinstance(value, str):
+        return frozenset()
+    return frozenset(c for c in _CODE_SPLIT.split(value.strip()) if c and c not in ("NA", "0"))
+
+
+@dataclass(frozen=True)
+class _Device:
+    attrs: dict[str, str]
+    values: dict[str, float] = field(default_factory=dict)
+    state: str | None = None
+    codes: frozenset[str] = frozenset()
+
+
+class DeviceMetrics:
+    """``hw.*`` instruments fed from npu-smi samples and from findings about a device."""
+
+    def __init__(self, meter: Meter) -> None:
+        self._devices: dict[str, _Device] = {}
+        meter.create_observable_up_down_counter(
+            "hw.status",
+            [self._observe_status],
+            unit="1",
+            description="Operational status of the NPU: 1 for its hw_state, 0 for the others",
+        )
+        self.errors = meter.create_counter(
+            "hw.errors",
+            unit="{error}",
+            description="NPU faults: each npu-smi error code as it appears, each device fault "
+            "read from the logs (error_type is the code or the rule)",
+        )
+        meter.create_observable_gauge(
+            "hw.power",
+            [self._observer("power")],
+            unit="W",
+            description="Power drawn by the NPU board",
+        )
+        meter.create_observable_gauge(
+            "hw.npu.temperature",
+            [self._observer("temperature")],
+            unit="Cel",
+            description="NPU chip temperature",
+        )
+        meter.create_observable_gauge(
+            "hw.npu.utilization",
+            [self._observer("utilization")],
+            unit="1",
+            description="AI Core busy, 0..1",
+        )
+        # additive (a host's HBM is the sum of its cards'): up-down counters, as the
+        # conventions' hw.gpu.memory.usage and .limit
+        meter.create_observable_up_down_counter(
+            "hw.npu.memory.usage",
+            [self._observer("memory.usage")],
+            unit="By",
+            description="NPU HBM in use",
+        )
+        meter.create_observable_up_down_counter(
+            "hw.npu.memory.limit",
+            [self._observer("memory.limit")],
+            unit="By",
+            description="NPU HBM size",
+        )
+
+    # -- callbacks -----------------------------------------------------------------------------
+
+    def _snapshot(self) -> list[_Device]:
+        return list(self._devices.values())
+
+    def _observe_status(self, options: CallbackOptions) -> Iterable[Observation]:
+        for dev in self._snapshot():
+            for state in HW_STATES:
+                yield Observation(1 if dev.state == state else 0, {**dev.attrs, "hw.state": state})
+
+    def _observer(self, key: str) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        def observe(options: CallbackOptions) -> Iterable[Observation]:
+            for dev in self._snapshot():
+                if key in dev.values:
+                    yield Observation(dev.values[key], dev.attrs)
+
+        return observe
+
+    # -- feeds ---------------------------------------------------------------------------------
+
+    def sample(self, subject: str, data: dict[str, Any]) -> None:
+        """One npu-smi sample of one chip: new values, and each error code that appeared."""
+        attrs = {**device_attributes(subject, data), **join_labels(subject, data)}
+        values: dict[str, float] = {}
+        for key, name, scale in (
+            ("power_w", "power", 1.0),
+            ("temp_c", "temperature", 1.0),
+            ("aicore_pct", "utilization", 0.01),
+            ("hbm_used_mb", "memory.usage", MIB),
+            ("hbm_total_mb", "memory.limit", MIB),
+        ):
+            if (v := _num(data.get(key))) is not None:
+                values[name] = v * scale
+        health = str(data.get("health") or "")
+        codes = fault_codes(data.get("health_error_code")) if health != "OK" else frozenset()
+        before = self._devices.get(subject)
+        for code in sorted(codes - (before.codes if before else frozenset())):
+            self.errors.add(1, {**attrs, "error.type": code})
+        self._devices[subject] = _Device(attrs, values, HEALTH_TO_STATE.get(health), codes)
+
+    def finding(self, finding: Finding) -> None:
+        """A fault read from a log about one device counts as one of its errors (the rule is
+        the error type). Findings from samples are left out: their codes are counted above."""
+        if not finding.path or not _DEVICE.match(finding.subject):
+            return
+        dev = self._devices.get(finding.subject)
+        attrs = dev.attrs if dev is not None else {"hw.id": finding.subject, "hw.type": "npu"}
+        self.errors.add(1, {**attrs, "error.type": finding.rule})
+
+
+__all__ = [
+    "HEALTH_TO_STATE",
+    "HW_STATES",
+    "DeviceMetrics",
+    "device_attributes",
+    "fault_codes",
+    "join_labels",
+]
