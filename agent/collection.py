@@ -115,6 +115,8 @@ def build_runners(
     for spec in REGISTRY.values():
         if not spec.enabled(ctx.config) or (spec.needs_server and not watched):
             continue
+        if ctx.attached and not spec.in_attach(ctx.config):
+            continue
         runners.append(
             CollectorRunner(
                 spec,

@@ -37,6 +37,7 @@ from ascend_doctor.agent.supervisor import ExitDecision, Supervisor
 from ascend_doctor.agent.telemetry import Telemetry
 from ascend_doctor.agent.verify import Verifier
 from ascend_doctor.collectors import CollectorContext
+from ascend_doctor.collectors.evidence import Keeper
 from ascend_doctor.collectors.kernel_log import PidBook, kernel_source
 from ascend_doctor.collectors.log_files import last_lines
 from ascend_doctor.collectors.log_sources import log_sources
@@ -115,6 +116,8 @@ class Daemon:
         self.server = ServerHandle(self._process(), self.effective_spec, self._server_env())
         sampled = frozenset(r.id for r in rules.thresholds)
         self.alerts.may_page = corroborate.pages(lambda: self.server.healthy, sampled)
+        # what a live server looked like, kept before any restart or reset of it (issue 20)
+        self.evidence = _keeper(self)
         self.profiler = ServerProfiler(
             self.store, config.profiling, lambda: self.server_url if spec else "", self.torch_dir
         )
@@ -126,8 +129,7 @@ class Daemon:
                 host=HostTools(
                     npu_smi=config.collectors.npu_smi.path,
                     npu_smi_timeout=config.collectors.npu_smi.timeout,
-                    diagnostics_dir=state_dir / "diagnostics",
-                    log_paths=self.logs.paths,
+                    evidence=self.evidence,
                     profile=self.profiler.capture if config.profiling.enabled else None,
                 ),
                 sleep=asyncio.sleep,
@@ -151,7 +153,7 @@ class Daemon:
         self.verifier = Verifier(
             self.incidents, config.remediation, self.remediator.record, lambda: self.server_url
         )
-        self.collectors = self._collectors()
+        self.collectors = _runners(self)
         self.versions = VersionWatch(self.store, lambda: self.server_url, config.profiling.enabled)
         self._stop = asyncio.Event()
         self._verify_wanted = asyncio.Event()
@@ -204,21 +206,7 @@ class Daemon:
             on_change=self._on_change,
             on_exit=self._on_exit,
             base_env=self.base_env,
-        )
-
-    def _collectors(self) -> list[CollectorRunner]:
-        cfg = self.config.collectors
-        ctx = CollectorContext(
-            cfg, self.server_url, lambda: self.server.pid, self._npu_smi_binary()
-        )
-        return build_runners(
-            ctx,
-            self.store,
-            watched=self.server.process is not None,
-            running=self._server_running,
-            on_samples=self._samples,
-            on_evidence=self._collector_evidence,
-            on_run=self.telemetry.collector_run,
+            before_restart=lambda why: self.evidence.before_restart("unhealthy", why),
         )
 
     # -- run -----------------------------------------------------------------------------------
@@ -327,11 +315,7 @@ class Daemon:
             return await self.remediator.remediate(incident_id)
 
     async def _on_exit(self, event: ProcessEvent) -> ExitDecision:
-        if self.attach is not None and event.previous == ProcessState.STARTING:
-            self._findings([silent_finding(event)])  # it never answered: a server-down incident
-        else:
-            _unexplained_exit(self, event)
-        return await self.decider.on_exit()
+        return await _exited(self, event)
 
     def _on_change(self, event: ProcessEvent) -> None:
         if event.pid is not None:
@@ -394,6 +378,54 @@ def _unexplained_exit(d: Daemon, event: ProcessEvent) -> None:
         except StoreError:
             # counted and logged by the store: a full disk must not stop the restart
             log.warning("the crash of pid %s could not be recorded", event.pid)
+
+
+def _keeper(d: Daemon) -> Keeper:
+    """What a live server looked like, kept before any restart or reset of it."""
+    return Keeper.from_config(
+        d.config.evidence,
+        d.state_dir / "diagnostics",
+        pid=lambda: d.server.pid,
+        devices=lambda: d.server.spec().devices(d.server.base_env),
+        log_paths=d.logs.paths,
+        npu_smi=d._npu_smi_binary(),
+        metrics_url=lambda: d.server_url and d.server_url + "/metrics",
+    )
+
+
+def _runners(d: Daemon) -> list[CollectorRunner]:
+    ctx = CollectorContext(
+        d.config.collectors,
+        d.server_url,
+        lambda: d.server.pid,
+        d._npu_smi_binary(),
+        state_dir=d.state_dir,
+        launch_key=lambda: " ".join(d.effective_spec().argv),
+        busy=lambda: d.decider.busy,
+        attached=d.attach is not None,
+        serving=d._server_running,
+    )
+    return build_runners(
+        ctx,
+        d.store,
+        watched=d.server.process is not None,
+        running=d._server_running,
+        on_samples=d._samples,
+        on_evidence=d._collector_evidence,
+        on_run=d.telemetry.collector_run,
+    )
+
+
+async def _exited(d: Daemon, event: ProcessEvent) -> ExitDecision:
+    """The server exited: name what no rule explains, decide, keep the evidence first."""
+    if d.attach is not None and event.previous == ProcessState.STARTING:
+        d._findings([silent_finding(event)])  # it never answered: a server-down incident
+    else:
+        _unexplained_exit(d, event)
+    decision = await d.decider.on_exit()  # first, with its last words
+    if event.crashed and decision != ExitDecision.STOP:  # kept before it starts again
+        await d.evidence.before_restart("crash", event.reason)
+    return decision
 
 
 def _under(state_dir: Path, name: str) -> Path:

@@ -70,6 +70,11 @@ class Decider:
         self._schedule(incident_id, max(0.0, wall - time.time()))
 
     @property
+    def busy(self) -> bool:
+        """A step runs now (the canary waits: the server is being remediated)."""
+        return self._lock.locked()
+
+    @property
     def pending(self) -> list[int]:
         """Incidents waiting for a decision."""
         return sorted(self._since)

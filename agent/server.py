@@ -145,6 +145,7 @@ def build_process(
     on_change: Callable[[ProcessEvent], None],
     on_exit: Callable[[ProcessEvent], Awaitable[ExitDecision]],
     base_env: Mapping[str, str],
+    before_restart: Callable[[str], Awaitable[None]] | None = None,
 ) -> Supervisor | AttachedServer | None:
     """What runs or follows the server: the supervisor for a command, an attached server for
     ``--attach``, nothing when the doctor only observes."""
@@ -166,6 +167,7 @@ def build_process(
             on_change=on_change,
             on_exit=on_exit,
             base_env=base_env,
+            before_restart=before_restart,
         )
     return None
 

@@ -21,8 +21,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, BinaryIO
 
-import httpx
-
+from ascend_doctor.collectors.vllm import health_probe as http_probe
 from ascend_doctor.collectors.vllm_access import without_probe_access
 from ascend_doctor.core.config import ServerConfig
 from ascend_doctor.core.errors import StoreError
@@ -66,22 +65,6 @@ file descriptors or memory ran out): no news, never a reason to restart the serv
 Sleep = Callable[[float], Coroutine[Any, Any, None]]
 
 
-def http_probe(base_url: str, timeout: float = 2.0) -> Probe:
-    """A probe that is True when ``GET base_url/health`` answers 200."""
-
-    async def probe() -> bool | None:
-        try:
-            async with httpx.AsyncClient(timeout=timeout, trust_env=False) as client:
-                return (await client.get(base_url + "/health")).status_code == 200
-        except httpx.HTTPError:
-            return False
-        except OSError as exc:  # EMFILE and the like: the doctor's trouble, not the server's
-            log.warning("health probe could not run: %s", exc)
-            return None
-
-    return probe
-
-
 class Supervisor:
     """Starts, health-gates, stops and restarts one server process."""
 
@@ -95,6 +78,7 @@ class Supervisor:
         on_change: Callable[[ProcessEvent], None],
         on_exit: Callable[[ProcessEvent], Awaitable[ExitDecision]],
         base_env: Mapping[str, str] | None = None,
+        before_restart: Callable[[str], Awaitable[None]] | None = None,
         backoff: Backoff | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
@@ -107,6 +91,7 @@ class Supervisor:
         self._on_change = on_change
         self._on_exit = on_exit
         self._base_env = dict(os.environ if base_env is None else base_env)
+        self._before_restart = before_restart  # keeps the evidence of a live, unhealthy server
         self.backoff = backoff or Backoff(config.backoff_initial, config.backoff_max)
         self._clock = clock
         self._wall = wall
@@ -281,13 +266,13 @@ class Supervisor:
                 log.error("server not healthy after %.0fs; stopping it", self.config.start_timeout)
                 self._stop_reason = ""
                 return False
-            await self._wait_any(proc, self.config.health_interval)
+            await _wait_any(proc, self._stop_requested, self._sleep, self.config.health_interval)
         return False
 
     async def _watch_running(self, proc: asyncio.subprocess.Process) -> None:
         self.probe_failures = 0
         while proc.returncode is None and not self._stop_requested.is_set():
-            await self._wait_any(proc, self.config.probe_interval)
+            await _wait_any(proc, self._stop_requested, self._sleep, self.config.probe_interval)
             if proc.returncode is not None or self._stop_requested.is_set():
                 return
             ok = await self._probe()
@@ -297,20 +282,10 @@ class Supervisor:
             self.probe_failures += 1
             if self.probe_failures >= self.config.probe_failures:
                 log.error("server failed %d /health probes; restarting", self.probe_failures)
+                if self._before_restart is not None:
+                    why = f"{self.probe_failures} health probes failed in a row"
+                    await self._before_restart(why)
                 return
-
-    async def _wait_any(self, proc: asyncio.subprocess.Process, seconds: float) -> None:
-        """Wait ``seconds``, or less if the process exits or a stop is requested."""
-        tasks = [
-            asyncio.create_task(proc.wait()),
-            asyncio.create_task(self._stop_requested.wait()),
-            asyncio.create_task(self._sleep(seconds)),
-        ]
-        try:
-            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for t in tasks:
-                t.cancel()
 
     async def _terminate(self, proc: asyncio.subprocess.Process) -> None:
         if self._stop_requested.is_set():
@@ -380,6 +355,25 @@ class Supervisor:
         except Exception:  # a failing part is logged and isolated
             log.exception("recording the server's change to %s failed", state)
         return event
+
+
+async def _wait_any(
+    proc: asyncio.subprocess.Process,
+    stop: asyncio.Event,
+    sleep: Sleep,
+    seconds: float,
+) -> None:
+    """Wait ``seconds``, or less if the process exits or a stop is requested."""
+    tasks = [
+        asyncio.create_task(proc.wait()),
+        asyncio.create_task(stop.wait()),
+        asyncio.create_task(sleep(seconds)),
+    ]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in tasks:
+            t.cancel()
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:

@@ -39,6 +39,9 @@ TOUR = (
     "device-fault",
     "graph-capture",
     "hang",
+    "stuck-idle",
+    "garbled-output",
+    "memory-creep",
     "slow-decode",
     "device-busy",
     "crash-loop",
@@ -73,13 +76,21 @@ def demo_config() -> Config:
             reset_settle=1.0,
             settle_seconds=3.0,
             command_timeout=30.0,
+            # a planned restart looks for a quiet moment every second, over a minute's history
+            quiet_retry=1.0,
+            quiet_window=60.0,
         ),
         collectors=dataclasses.replace(
             base.collectors,
-            npu_smi=dataclasses.replace(base.collectors.npu_smi, interval=1.0, timeout=5.0),
+            # memory creep is seen over ten seconds of samples, not an hour
+            npu_smi=dataclasses.replace(
+                base.collectors.npu_smi, interval=1.0, timeout=5.0, trend_window=10.0
+            ),
             # the latency baseline is the first healthy seconds, not the first hour
             vllm=dataclasses.replace(base.collectors.vllm, interval=1.0, baseline_seconds=4.0),
             process=dataclasses.replace(base.collectors.process, interval=1.0),
+            # a canary a second, answered within two: a stuck server is seen in seconds
+            canary=dataclasses.replace(base.collectors.canary, interval=1.0, timeout=2.0),
         ),
         rules=dataclasses.replace(base.rules, dirs=(*base.rules.dirs, str(_demo_rules()))),
         # the slow-decode scenario's capture_profile; the advisor would take most of the tour

@@ -44,7 +44,8 @@ ACTION_TEXT = {
     "raise_hccl_timeout": "raise HCCL_CONNECT_TIMEOUT / HCCL_EXEC_TIMEOUT",
     "reset_device": "reset the device with npu-smi set -t reset (server stopped)",
     "restart": "restart the server",
-    "collect_diagnostics": "collect npu-smi output and log tails",
+    "collect_diagnostics": "keep the evidence: stacks, npu-smi health and ECC, log tails, metrics",
+    "restart_when_quiet": "restart the server in the next quiet window, before memory runs out",
     "capture_profile": "capture a profile of the live server",
 }
 
@@ -69,6 +70,8 @@ class Diagnosis:
     incidents: list[dict[str, Any]] = field(default_factory=list)
     """The incidents a bundle's store holds (``store/incidents.json``), some of which no log
     line shows (a hang seen only in the metrics)."""
+    evidence: list[dict[str, Any]] = field(default_factory=list)
+    """Evidence snapshots a bundle lists (kept before restarts), with their files."""
 
 
 def _files(paths: list[Path]) -> Iterator[tuple[str, Callable[[], IO[bytes]] | None, str]]:
@@ -154,6 +157,31 @@ def bundle_profiles(path: Path) -> list[dict[str, Any]]:
     return out
 
 
+def bundle_evidence(path: Path) -> list[dict[str, Any]]:
+    """The evidence snapshots a bundle's ``artifacts/index.json`` lists (each a directory the
+    doctor wrote before a restart: stacks, npu-smi, log tails, metrics), oldest first, with
+    the reason their own ``index.json`` gives when the bundle carries the files."""
+    snaps: dict[str, dict[str, Any]] = {}
+    try:
+        with tarfile.open(path) as tar:
+            names = {m.name.split("/", 1)[-1]: m for m in tar.getmembers()}
+            member = names.get("artifacts/index.json")
+            data = tar.extractfile(member) if member is not None else None
+            listed = json.loads(data.read()) if data is not None else []
+            for item in listed if isinstance(listed, list) else []:
+                snap, _, name = str(item.get("path", "")).partition("/")
+                if not name:
+                    continue
+                entry = snaps.setdefault(snap, {"snapshot": snap, "files": [], "reason": ""})
+                entry["files"].append(name)
+                own = names.get(f"artifacts/{snap}/{name}")
+                if name == "index.json" and own is not None and (f := tar.extractfile(own)):
+                    entry["reason"] = str(json.loads(f.read()).get("reason", ""))
+    except (OSError, tarfile.TarError, ValueError, AttributeError):
+        return []
+    return sorted(snaps.values(), key=lambda e: e["snapshot"].rsplit("-", 1)[-1])
+
+
 def _const(stream: IO[bytes]) -> Callable[[], IO[bytes]]:
     return lambda: stream
 
@@ -177,6 +205,7 @@ def diagnose(
         if path.is_file() and path.name.endswith((".tar.gz", ".tgz", ".tar")):
             result.profiles += bundle_profiles(path)
             result.incidents += _bundle_json(path, "/store/incidents.json")
+            result.evidence += bundle_evidence(path)
     for index, (label, opener, error) in enumerate(_files(paths)):
         if opener is None:
             result.unreadable.append({"path": label, "error": error})
@@ -372,6 +401,7 @@ def report(result: Diagnosis, rules: RuleSet) -> dict[str, Any]:
             }
             for i in result.incidents
         ],
+        "evidence": result.evidence,
     }
 
 

@@ -396,6 +396,12 @@ def _print_report(rep: dict[str, Any]) -> None:
         click.echo(f"  {prof['kind']} {prof['path']}: {prof['headline']}")
     if rep.get("profiles") and rep["profiles"][-1]["report"]:
         click.echo("\n" + rep["profiles"][-1]["report"].rstrip())
+    if rep.get("evidence"):
+        click.echo("\nEVIDENCE (kept before restarts, oldest first)")
+    for ev in rep.get("evidence", []):
+        stacks = sum(1 for f in ev["files"] if f.startswith("stacks-"))
+        said = f": {ev['reason']}" if ev["reason"] else ""
+        click.echo(f"  {ev['snapshot']}{said} ({len(ev['files'])} files, {stacks} stacks)")
 
 
 def _register() -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import shlex
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from ascend_doctor.cli.views import plural, when
 from ascend_doctor.core.config import RemediationConfig
 from ascend_doctor.core.errors import DoctorError
 from ascend_doctor.core.events import ACTIVE_STATES, IncidentState, ProcessState
+from ascend_doctor.core.incident_stats import category_stats
 from ascend_doctor.core.launch import LaunchSpec
 from ascend_doctor.core.procs import same_process
 from ascend_doctor.core.records import LaunchRecord, encode
@@ -34,6 +36,13 @@ from ascend_doctor.core.store import Store
 OK, ATTENTION, DOCTOR_DOWN = 0, 1, 3
 # environment a status line does not need to repeat in full: the shell's own search paths
 LONG_ENV = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH")
+
+
+def _span(seconds: float) -> str:
+    """``42s``, ``12.5 min``, ``3.2 h``: a duration as an operator reads it."""
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
 def status_dict(store: Store) -> dict[str, Any]:
@@ -69,6 +78,7 @@ def status_dict(store: Store) -> dict[str, Any]:
         "waiting_for_human": [_incident(i) for i in waiting],
         "open_incidents": [_incident(i) for i in store.incidents(states=ACTIVE_STATES)],
         "collectors": {name: encode(c) for name, c in collectors.items()},
+        "reliability": {k: asdict(v) for k, v in category_stats(store.incidents()).items()},
         "alerts": {name: encode(s) for name, s in store.sinks().items()},
     }
 
@@ -160,6 +170,12 @@ def status_lines(data: dict[str, Any], state_dir: Path, utc: bool) -> list[str]:
         out.append(
             f"open incident #{i['id']} {i['state']} {i['category']}: {i['summary']}"
             f" ({plural(i['attempts'], 'attempt')})"
+        )
+    for category, r in data["reliability"].items():
+        click.echo(
+            f"{category}: {plural(r['incidents'], 'incident')}, {r['resolved']} repaired"
+            + (f", MTTR {_span(r['mttr_s'])}" if r["mttr_s"] is not None else "")
+            + (f", one every {_span(r['mtbi_s'])}" if r["mtbi_s"] is not None else "")
         )
     for name, c in data["collectors"].items():
         ok = "ok" if c.get("ok") else f"failing: {c.get('last_error')}"

@@ -22,9 +22,11 @@ if TYPE_CHECKING:
 
 def __getattr__(name: str) -> Any:
     if name == "REGISTRY":
-        from ascend_doctor.collectors import npu_smi, process, vllm
+        from ascend_doctor.collectors import canary, npu_smi, process, vllm
 
-        registry = {spec.name: spec for spec in (npu_smi.SPEC, vllm.SPEC, process.SPEC)}
+        registry = {
+            spec.name: spec for spec in (npu_smi.SPEC, vllm.SPEC, process.SPEC, canary.SPEC)
+        }
         globals()["REGISTRY"] = registry
         return registry
     if name in ("Collector", "CollectorContext", "CollectorSpec"):

@@ -10,7 +10,8 @@ and the log field.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 from ascend_doctor.core.config import CollectorsConfig
@@ -28,6 +29,23 @@ class Collector(Protocol):
         ...
 
 
+class Tally:
+    """Tokens the canary was served since the vllm collector last looked: canary traffic
+    counts against nothing the users see (their load, the latency baseline)."""
+
+    def __init__(self) -> None:
+        self._tokens = 0
+
+    def add(self, tokens: int) -> None:
+        """The canary was served ``tokens``."""
+        self._tokens += max(0, tokens)
+
+    def take(self) -> int:
+        """Tokens served to the canary since the last call."""
+        tokens, self._tokens = self._tokens, 0
+        return tokens
+
+
 @dataclass(frozen=True)
 class CollectorContext:
     """What a collector may be built from: the config and the watched server."""
@@ -40,6 +58,19 @@ class CollectorContext:
     """The server's main pid now (None while it has none)."""
     npu_smi: str
     """The npu-smi binary, resolved on the server's PATH."""
+    state_dir: Path | None = None
+    """Where a collector may keep what it learned across doctor restarts (None: nowhere)."""
+    launch_key: Callable[[], str] = lambda: ""
+    """Names the server's launch now (model and flags): what a launch learned is its own."""
+    busy: Callable[[], bool] = lambda: False
+    """True while a remediation step runs: a collector that asks the server waits."""
+    attached: bool = False
+    """The server is someone else's (``watch --attach``)."""
+    serving: Callable[[], bool] = lambda: True
+    """The server is RUNNING: memory trends only count what grows while it serves (loading
+    weights and allocating the KV cache at start is no creep)."""
+    canary_tokens: Tally = field(default_factory=Tally)
+    """Shared by the canary (adds) and the vllm collector (subtracts from the users' load)."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +90,8 @@ class CollectorSpec:
     while_running: bool = False
     """Runs only while the server is RUNNING (it asks the server itself), and waits one
     interval before its first run."""
+    in_attach: Callable[[CollectorsConfig], bool] = lambda cfg: True
+    """Whether it runs against an attached server (one that sends requests asks first)."""
 
 
-__all__ = ["Collector", "CollectorContext", "CollectorSpec"]
+__all__ = ["Collector", "CollectorContext", "CollectorSpec", "Tally"]

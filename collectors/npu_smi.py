@@ -15,7 +15,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from ascend_doctor.collectors.base import CollectorSpec
 from ascend_doctor.collectors.npu_smi_format import (
@@ -32,8 +32,10 @@ from ascend_doctor.collectors.npu_smi_format import (
     parse_info,
     parse_pairs,
     parse_reset,
+    reset_command,
     samples_from_info,
 )
+from ascend_doctor.collectors.trend import Trend
 from ascend_doctor.core.errors import CollectorError
 from ascend_doctor.core.events import Sample
 
@@ -175,13 +177,24 @@ class NpuSmiCollector:
     name = COLLECTOR
 
     def __init__(
-        self, binary: str, *, timeout: float, usages: bool = False, board: bool = True
+        self,
+        binary: str,
+        *,
+        timeout: float,
+        usages: bool = False,
+        board: bool = True,
+        trend_window: float = 3600.0,
+        serving: Callable[[], bool] = lambda: True,
     ) -> None:
         self.binary = binary
         self.timeout = timeout
         self.usages = usages
         self.board = board
         """Read each chip's board identity once (``model_name``, ``vdie_id``)."""
+        self._serving = serving
+        self.trend_window = trend_window
+        self.trends: dict[str, Trend] = {}
+        """Each chip's HBM trend, while the same processes hold it."""
         self.parse_failures = 0
         self.last_raw = ""
         self.last_dcmi: tuple[int, str] | None = None
@@ -221,7 +234,7 @@ class NpuSmiCollector:
             if board:
                 sample = Sample(sample.collector, sample.subject, sample.at,
                                 {**sample.values, **board})  # fmt: skip
-            out.append(sample)
+            out.append(self._with_trend(sample))
         return out
 
     async def _read_boards(self, subjects: list[str]) -> None:
@@ -242,6 +255,24 @@ class NpuSmiCollector:
 
         found = await asyncio.gather(*(one(s) for s in subjects))
         self._boards.update(zip(subjects, found, strict=True))
+
+    def _with_trend(self, sample: Sample) -> Sample:
+        """HBM growth and the time to a full card, for a card the same processes hold."""
+        used, total, pids = (sample.values.get(k) for k in ("hbm_used_mb", "hbm_total_mb", "pids"))
+        if (
+            not isinstance(used, int)
+            or not isinstance(total, int)
+            or not pids
+            or not self._serving()
+        ):
+            self.trends.pop(sample.subject, None)
+            return sample
+        trend = self.trends.setdefault(sample.subject, Trend(self.trend_window))
+        est = trend.add(sample.at, float(used), float(total), tuple(sorted(pids)))
+        if est is None:
+            return sample
+        extra = {"hbm_growth_mb_per_h": est.growth_per_hour, "hbm_oom_eta_s": est.eta_s}
+        return Sample(sample.collector, sample.subject, sample.at, {**sample.values, **extra})
 
     async def _with_usages(self, sample: Sample) -> Sample:
         """``info -t usages -i N``: rates npu-smi info does not print (vector core, bandwidth)."""
@@ -280,7 +311,11 @@ class NpuSmiCollector:
 SPEC = CollectorSpec(
     name=COLLECTOR,
     build=lambda ctx: NpuSmiCollector(
-        ctx.npu_smi, timeout=ctx.config.npu_smi.timeout, usages=ctx.config.npu_smi.usages
+        ctx.npu_smi,
+        timeout=ctx.config.npu_smi.timeout,
+        usages=ctx.config.npu_smi.usages,
+        trend_window=ctx.config.npu_smi.trend_window,
+        serving=ctx.serving,
     ),
     enabled=lambda cfg: cfg.npu_smi.enabled,
     interval=lambda cfg: cfg.npu_smi.interval,
@@ -304,6 +339,7 @@ __all__ = [
     "parse_info",
     "parse_pairs",
     "parse_reset",
+    "reset_command",
     "run_npu_smi",
     "samples_from_info",
 ]

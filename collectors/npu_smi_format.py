@@ -407,6 +407,12 @@ def samples_from_info(info: NpuInfo, at: float) -> list[Sample]:
     return samples
 
 
+def reset_command(device: int | None, chip: int = 0) -> list[str]:
+    """The npu-smi command that resets a device (``N`` where the device is not known)."""
+    target = "N" if device is None else str(device)
+    return ["npu-smi", "set", "-t", "reset", "-i", target, "-c", str(chip)]
+
+
 # -- running ---------------------------------------------------------------------------------
 
 
@@ -424,5 +430,6 @@ __all__ = [
     "parse_info",
     "parse_pairs",
     "parse_reset",
+    "reset_command",
     "samples_from_info",
 ]

@@ -22,6 +22,7 @@ from typing import Any
 import psutil
 
 from ascend_doctor.collectors.base import CollectorSpec
+from ascend_doctor.collectors.trend import Trend
 from ascend_doctor.core.events import Sample
 
 COLLECTOR = "process"
@@ -113,9 +114,14 @@ class ProcessCollector:
         pid_provider: Callable[[], int | None],
         *,
         clock: Callable[[], float] = time.monotonic,
+        trend_window: float = 3600.0,
+        serving: Callable[[], bool] = lambda: True,
     ) -> None:
         self._pid_provider = pid_provider
+        self._serving = serving
         self._clock = clock
+        self.trend = Trend(trend_window)
+        """The server tree's RSS trend, while its main pid stays the same."""
         self._last: tuple[int, float, float] | None = None  # (pid, monotonic, cpu_seconds)
 
     async def collect(self) -> list[Sample]:
@@ -129,7 +135,18 @@ class ProcessCollector:
         else:
             stats = await asyncio.to_thread(tree_stats, pid)
             samples.append(Sample(COLLECTOR, "server", at, self._server_values(stats)))
-        samples.append(Sample(COLLECTOR, "host", at, await asyncio.to_thread(host_values)))
+        host = await asyncio.to_thread(host_values)
+        samples.append(Sample(COLLECTOR, "host", at, host))
+        server = samples[0].values
+        if not self._serving():
+            self.trend = Trend(self.trend.window)  # starting or stopped: no creep to see
+        elif isinstance(server.get("rss_bytes"), int):
+            # the limit is what the tree has plus what the host still has free
+            limit = server["rss_bytes"] + host["mem_available_bytes"]
+            est = self.trend.add(at, server["rss_bytes"], limit, server["pid"])
+            if est is not None:
+                server["rss_growth_mb_per_h"] = round(est.growth_per_hour / (1 << 20), 1)
+                server["rss_oom_eta_s"] = est.eta_s
         return samples
 
     def _server_values(self, stats: TreeStats) -> dict[str, Any]:
@@ -155,7 +172,9 @@ class ProcessCollector:
 
 SPEC = CollectorSpec(
     name=COLLECTOR,
-    build=lambda ctx: ProcessCollector(ctx.server_pid),
+    build=lambda ctx: ProcessCollector(
+        ctx.server_pid, trend_window=ctx.config.process.trend_window, serving=ctx.serving
+    ),
     enabled=lambda cfg: cfg.process.enabled,
     interval=lambda cfg: cfg.process.interval,
     needs_server=True,

@@ -8,18 +8,22 @@ the histogram buckets' deltas, so they describe the last interval, not all time.
 
 from __future__ import annotations
 
+import logging
 import math
 import statistics
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from ascend_doctor.collectors.base import CollectorSpec
+from ascend_doctor.collectors.base import CollectorSpec, Tally
 from ascend_doctor.core.errors import CollectorError
 from ascend_doctor.core.events import Sample
+
+log = logging.getLogger(__name__)
 
 COLLECTOR = "vllm"
 
@@ -118,9 +122,8 @@ class LatencyBaseline:
 
     def update(self, at: float, values: dict[str, Any]) -> dict[str, float]:
         """Learn from or compare one sample's values; the fields to add to it."""
-        flowing = (
-            values.get("health_status") == 200 and (values.get("generation_tokens_delta") or 0) > 0
-        )
+        served = values.get("user_tokens_delta", values.get("generation_tokens_delta"))
+        flowing = values.get("health_status") == 200 and (served or 0) > 0
         if not flowing:
             return {}
         if self.base is None:
@@ -149,9 +152,15 @@ class VllmCollector:
     name = COLLECTOR
 
     def __init__(
-        self, base_url: str, *, timeout: float = 5.0, baseline_seconds: float = 3600.0
+        self,
+        base_url: str,
+        *,
+        timeout: float = 5.0,
+        baseline_seconds: float = 3600.0,
+        canary_tokens: Tally | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self.canary_tokens = canary_tokens or Tally()
         self.timeout = timeout
         self._previous: VllmMetrics | None = None
         self.baseline = LatencyBaseline(baseline_seconds)
@@ -188,6 +197,10 @@ class VllmCollector:
                 if key in metrics.values and key in prev.values:
                     delta = metrics.values[key] - prev.values[key]
                     values[key.replace("_total", "_delta")] = max(0.0, delta)
+            if "generation_tokens_delta" in values:
+                # what the users were served: the canary's own tokens left out
+                canary = self.canary_tokens.take()
+                values["user_tokens_delta"] = max(0.0, values["generation_tokens_delta"] - canary)
             for name, hist in metrics.buckets.items():
                 old = prev.buckets.get(name, {})
                 window = {b: c - old.get(b, 0.0) for b, c in hist.items()}
@@ -200,12 +213,30 @@ class VllmCollector:
         return [Sample(COLLECTOR, "server", at, values)]
 
 
+def health_probe(base_url: str, timeout: float = 2.0) -> Callable[[], Awaitable[bool | None]]:
+    """A probe that is True when ``GET base_url/health`` answers 200 (the supervisor's);
+    None when the doctor itself could not ask (out of descriptors): no news, never a restart."""
+
+    async def probe() -> bool | None:
+        try:
+            async with httpx.AsyncClient(timeout=timeout, trust_env=False) as client:
+                return (await client.get(base_url + "/health")).status_code == 200
+        except httpx.HTTPError:
+            return False
+        except OSError as exc:  # EMFILE and the like: the doctor's trouble, not the server's
+            log.warning("health probe could not run: %s", exc)
+            return None
+
+    return probe
+
+
 SPEC = CollectorSpec(
     name=COLLECTOR,
     build=lambda ctx: VllmCollector(
         ctx.server_url,
         timeout=ctx.config.vllm.timeout,
         baseline_seconds=ctx.config.vllm.baseline_seconds,
+        canary_tokens=ctx.canary_tokens,
     ),
     enabled=lambda cfg: cfg.vllm.enabled,
     interval=lambda cfg: cfg.vllm.interval,
@@ -221,6 +252,7 @@ __all__ = [
     "LatencyBaseline",
     "VllmCollector",
     "VllmMetrics",
+    "health_probe",
     "parse_metrics",
     "quantile",
 ]

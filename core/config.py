@@ -91,6 +91,9 @@ class NpuSmiConfig:
     """Seconds before a hung npu-smi is killed."""
     usages: bool = False
     """Also run ``npu-smi info -t usages -i N`` per device (vector core, bandwidth rates)."""
+    trend_window: float = 3600.0
+    """Seconds of HBM samples the memory-creep trend fits (``hbm_oom_eta_s``); an estimate
+    comes once the samples span half of it."""
 
 
 @dataclass(frozen=True)
@@ -116,6 +119,28 @@ class ProcessConfig:
     """Run the collector while a server is supervised."""
     interval: float = 10.0
     """Seconds between runs."""
+    trend_window: float = 3600.0
+    """Seconds of RSS samples the memory-creep trend fits (``rss_oom_eta_s``)."""
+
+
+@dataclass(frozen=True)
+class CanaryConfig:
+    """The canary: a small deterministic completion the server must answer right."""
+
+    enabled: bool = True
+    """Send canaries while the server is RUNNING (never while it starts or is remediated)."""
+    interval: float = 60.0
+    """Seconds between canaries."""
+    timeout: float = 10.0
+    """Seconds a canary waits for its answer before it counts as unanswered."""
+    prompt: str = "The capital of France is"
+    """The prompt; the first good answer of each launch is its reference."""
+    max_tokens: int = 8
+    """Tokens asked for (greedy, seeded)."""
+    seed: int = 0
+    """The request's seed."""
+    attach: bool = False
+    """Also send canaries to an attached server (off: attach mode sends it nothing)."""
 
 
 @dataclass(frozen=True)
@@ -128,6 +153,8 @@ class CollectorsConfig:
     """``[collectors.vllm]``."""
     process: ProcessConfig = field(default_factory=ProcessConfig)
     """``[collectors.process]``."""
+    canary: CanaryConfig = field(default_factory=CanaryConfig)
+    """``[collectors.canary]``."""
 
 
 @dataclass(frozen=True)
@@ -173,6 +200,12 @@ class RemediationConfig:
     """Seconds an incident resting on log text alone, while the server is running and
     healthy, waits for an independent signal (exit, failed /health, npu-smi, metrics) before
     it is closed with nothing done; text alone never disrupts a healthy server."""
+    quiet_retry: float = 60.0
+    """Seconds a planned restart (memory creep) waits before it looks for a quiet window
+    again."""
+    quiet_window: float = 3600.0
+    """Seconds of load history a planned restart compares with: the lowest load of it is a
+    quiet moment too."""
     on_escalation: str = "stop"
     """What happens to a server whose failure went to a human: ``stop`` leaves it stopped
     (no more restarts until an operator acts), ``keep`` goes on restarting it with backoff."""
@@ -345,6 +378,24 @@ class TracingConfig:
 
 
 @dataclass(frozen=True)
+class EvidenceConfig:
+    """What is kept of a live server before it is restarted or reset."""
+
+    keep: int = 50
+    """Snapshots kept under ``<state dir>/diagnostics`` (the oldest go first)."""
+    max_mb: float = 512.0
+    """Megabytes all snapshots may take together."""
+    stacks: bool = True
+    """Dump the Python stacks of every server process (``py-spy dump`` when installed,
+    the ``stacks`` extra; else the threads' kernel side from /proc)."""
+    py_spy: str = "py-spy"
+    """The py-spy binary."""
+    on_supervisor_restart: bool = True
+    """Also before the supervisor restarts a server that failed its health probes or
+    crashed, not only before remediation steps."""
+
+
+@dataclass(frozen=True)
 class Config:
     """The whole configuration."""
 
@@ -368,6 +419,8 @@ class Config:
     """``[telemetry]``."""
     tracing: TracingConfig = field(default_factory=TracingConfig)
     """``[tracing]``."""
+    evidence: EvidenceConfig = field(default_factory=EvidenceConfig)
+    """``[evidence]``."""
 
 
 CHOICES: dict[str, tuple[str, ...]] = {
@@ -393,7 +446,16 @@ POSITIVE = {
     "collectors.process.interval",
     "collectors.vllm.timeout",
     "collectors.vllm.baseline_seconds",
+    "collectors.npu_smi.trend_window",
+    "collectors.process.trend_window",
+    "collectors.canary.interval",
+    "collectors.canary.timeout",
+    "collectors.canary.max_tokens",
+    "evidence.keep",
+    "evidence.max_mb",
     "remediation.command_timeout",
+    "remediation.quiet_retry",
+    "remediation.quiet_window",
     "remediation.probe_timeout",
     "alerts.poll_interval",
     "alerts.retry_initial",
@@ -415,8 +477,10 @@ __all__ = [
     "AlertRouteConfig",
     "AlertSinkConfig",
     "AlertsConfig",
+    "CanaryConfig",
     "CollectorsConfig",
     "Config",
+    "EvidenceConfig",
     "IncidentsConfig",
     "LogsConfig",
     "NpuSmiConfig",

@@ -74,6 +74,17 @@ class HostMixin(StoreBase):
         )
         return {r["subject"]: {"at": r["at"], **json.loads(r["data"])} for r in rows}
 
+    def sample_series(
+        self, collector: str, subject: str, since: float
+    ) -> list[tuple[float, dict[str, Any]]]:
+        """(time, values) of a subject's samples since ``since``, oldest first."""
+        rows = self._db.execute(
+            "SELECT at, data FROM samples WHERE collector = ? AND subject = ? AND at >= ?"
+            " ORDER BY id",
+            (collector, subject, since),
+        )
+        return [(r["at"], json.loads(r["data"])) for r in rows]
+
     # -- server state ------------------------------------------------------------------------
 
     def add_process_event(self, event: ProcessEvent) -> None:

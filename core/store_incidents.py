@@ -239,6 +239,15 @@ class IncidentsMixin(StoreBase):
             for r in rows
         ]
 
+    def action_times(self, category: str, name: str) -> list[float]:
+        """When action ``name`` acted (``ok``) on incidents of ``category``, oldest first."""
+        rows = self._db.execute(
+            "SELECT a.at FROM actions a JOIN incidents i ON i.id = a.incident_id"
+            " WHERE i.category = ? AND a.name = ? AND a.outcome = ? ORDER BY a.at",
+            (category, name, Outcome.OK.value),
+        )
+        return [float(r["at"]) for r in rows]
+
 
 def plan_json(plan: Plan) -> str:
     """A plan as stored: ``[[{"name": ..., "params": {...}}, ...], ...]``."""

@@ -47,6 +47,18 @@ class IncidentMetrics:
             unit="{incident}",
             description="Incidents that ended: resolved by the doctor, or escalated to a human",
         )
+        # MTTR and time between incidents, per category (issue 20): their means
+        self.repair_time = meter.create_histogram(
+            "ascend_doctor.incidents.repair_time",
+            unit="s",
+            description="Opened to resolved, per incident the doctor repaired (mean: the MTTR)",
+        )
+        self.interval = meter.create_histogram(
+            "ascend_doctor.incidents.interval",
+            unit="s",
+            description="Since the previous incident of the category opened",
+        )
+        self._last_opened: dict[str, float] = {}
         meter.create_observable_up_down_counter(
             "ascend_doctor.incidents.active",
             [self._observe_active],
@@ -86,8 +98,16 @@ class IncidentMetrics:
     def changed(self, before: Incident | None, after: Incident) -> None:
         """An incident opened or changed (as the store recorded it)."""
         attrs = {"category": after.category.value, "severity": after.severity.label}
+        category = {"category": after.category.value}
         if before is None:
             self.opened.add(1, attrs)
+            last = self._last_opened.get(after.category.value)
+            if last is not None:
+                self.interval.record(max(0.0, after.opened_at - last), category)
+            self._last_opened[after.category.value] = max(after.opened_at, last or 0.0)
+        repaired = after.state == IncidentState.RESOLVED and after.resolved_at is not None
+        if repaired and (before is None or before.state != after.state):
+            self.repair_time.record((after.resolved_at or 0.0) - after.opened_at, category)
         final = (IncidentState.RESOLVED, IncidentState.ESCALATED)
         if after.state in final and (before is None or before.state != after.state):
             self.ended.add(1, {**attrs, "state": after.state.value})

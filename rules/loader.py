@@ -16,7 +16,7 @@ from ascend_doctor.rules.yamlload import load_yaml
 
 SOURCES = ("server", "plog", "device", "slog", "host")
 """Log streams a text rule may read."""
-SAMPLE_SOURCES = ("npu_smi", "vllm", "process")
+SAMPLE_SOURCES = ("npu_smi", "vllm", "process", "canary")
 """Collectors a threshold rule may read."""
 OPS = ("==", "!=", ">", ">=", "<", "<=")
 

@@ -67,6 +67,8 @@ async def drive(
         jobs = [_request(client, base_url.rstrip("/"), scenario) for _ in range(stim.requests)]
         if stim.inject_device is not None and stim.inject_fault is not None:
             jobs.append(asyncio.to_thread(host.inject, stim.inject_device, stim.inject_fault))
+        if stim.garble is not None:
+            jobs.append(asyncio.to_thread(host.set_quirk, "garbled", stim.garble))
         if stim.traffic_seconds > 0:
             jobs.append(_traffic(client, base_url.rstrip("/"), scenario, host))
         await asyncio.gather(*jobs)
@@ -117,6 +119,8 @@ def prepare(scenario: Scenario, host: SimHost) -> Callable[[], None]:
             host.repair(scenario.stimulus.inject_device)
         if scenario.stimulus.slow is not None:
             host.set_slow(None)
+        if scenario.stimulus.garble is not None:
+            host.set_quirk("garbled", None)
         for proc in holders:
             proc.kill()
             proc.wait()

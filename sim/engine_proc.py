@@ -24,7 +24,7 @@ from ascend_doctor.sim.engine_core import ServeConfig
 from ascend_doctor.sim.executor import Executor, make_executor
 from ascend_doctor.sim.ipc import Channel, inherited
 from ascend_doctor.sim.models import MemoryPlan
-from ascend_doctor.sim.state import state_path_from_env
+from ascend_doctor.sim.state import state_path_from_env, take_quirk
 from ascend_doctor.sim.versions import VersionProfile, get_profile
 from ascend_doctor.sim.vlog import VllmOut
 from ascend_doctor.sim.worker import WorkerError
@@ -47,6 +47,8 @@ class EngineCore:
             state_path: Path | None = state_path_from_env()
         except FileNotFoundError:
             state_path = None
+        self.state_path = state_path
+        self.frozen = False  # the busy loop is stuck: no stats leave it either
         self.executor: Executor = make_executor(
             self.cfg, self.version, self.out, state_path, bool(init.get("dynamic"))
         )
@@ -120,7 +122,8 @@ class EngineCore:
 
     def _stats(self) -> None:
         while not self.closing.wait(0.25):
-            self._send_stats()
+            if not self.frozen:
+                self._send_stats()
 
     def _send_stats(self) -> None:
         waiting = sum(1 for m in list(self.inbox.queue) if m.get("op") == "add")
@@ -152,6 +155,9 @@ class EngineCore:
                 self.executor.profile(bool(msg.get("is_start")), self.profiler_dir)
                 self.ch.send({"ev": "utility_done", "cid": msg.get("cid")})
                 continue
+            if op == "add" and self.state_path is not None:
+                if take_quirk(self.state_path, "stuck") == "once":
+                    self._stick()
             if op == "add":
                 rc = self._step(msg)
                 if rc is not None:
@@ -182,6 +188,14 @@ class EngineCore:
         )
         self._send_stats()
         return None
+
+    def _stick(self) -> None:
+        """The busy loop sticks before it schedules the request (a deadlock in the input
+        path): nothing runs, nothing is logged, the scheduler's stats stop where they were
+        (Running: 0), and /health still answers 200, since V1's check_health only reports an
+        engine that died (vllm-project/vllm#17972). Only SIGTERM ends it."""
+        self.frozen = True
+        threading.Event().wait()
 
     def _die(self, frames: str, text: str) -> int:
         self.out.log(

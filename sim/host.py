@@ -36,6 +36,7 @@ _SETTINGS = (
     "reset_seconds",
     "load_seconds",
     "reset_scope",
+    "hbm_growth_mb_per_s",
 )
 
 _SHIM = """#!{python}

@@ -28,6 +28,7 @@ from ascend_doctor.sim.npu_smi_format import (
 )
 from ascend_doctor.sim.state import (
     find_device,
+    grown,
     prune_dead,
     read_state,
     state_path_from_env,
@@ -93,6 +94,7 @@ def _info(path: Path, opts: dict[str, str]) -> int:
     # Pruning writes the state back so a SIGKILLed server stops holding its card.
     with update_state(path) as state:
         prune_dead(state)
+    state = {**state, "processes": grown(state)}
     kind = opts.get("-t")
     if kind is None:
         if opts:

@@ -18,7 +18,7 @@ import yaml
 from ascend_doctor.sim.faults import FAULTS
 from ascend_doctor.sim.state import QUIRKS
 
-SETTINGS = ("driver_hang_seconds", "profile_parse_seconds")
+SETTINGS = ("driver_hang_seconds", "profile_parse_seconds", "hbm_growth_mb_per_s")
 """Host settings a scenario may change (numbers of seconds)."""
 
 SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
@@ -32,6 +32,7 @@ _STIMULUS_KEYS = {
     "after_seconds",
     "traffic_seconds",
     "slow",
+    "garble",
 }
 _SLOW_KEYS = {"after_seconds", "rank", "part", "factor", "operator"}
 
@@ -52,6 +53,9 @@ class Stimulus:
     """A slow part to inject (``profile_slow`` in the host state: rank, part, factor,
     operator) once ``slow_after_seconds`` of traffic have passed."""
     slow_after_seconds: float = 0.0
+    garble: str | None = None
+    """Turn the server's output to garbage (the ``garbled`` quirk: ``exclamation`` or
+    ``empty``) ``after_seconds`` after it is first healthy."""
 
 
 @dataclass(frozen=True)
@@ -161,7 +165,11 @@ def _stimulus(path: Path, raw: object) -> Stimulus:
         slow_after = _number(path, slow, "after_seconds", 0.0)
         slow.pop("after_seconds", None)
         _number(path, slow, "factor", 1.0)
+    garble = raw.get("garble")
+    if garble is not None and garble not in QUIRKS["garbled"]:
+        raise _fail(path, "stimulus.garble", f"expected one of {QUIRKS['garbled']}")
     return Stimulus(
+        garble=garble,
         traffic_seconds=_number(path, raw, "traffic_seconds", 0.0),
         slow=MappingProxyType(slow) if slow is not None else None,
         slow_after_seconds=slow_after,

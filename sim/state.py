@@ -155,10 +155,33 @@ QUIRKS = {
     "graph_capture": ("fail",),
     "hang": ("once",),
     "aicore": ("always",),
+    "stuck": ("once",),
+    "garbled": ("exclamation", "empty"),
 }
 """Host behaviours a scenario can switch on: ACL graph capture fails (an HDK without the
 stream resources capture needs), the next request hangs the engine once, or every start dies
-of an AI Core exception (a failure no remediation step fixes)."""
+of an AI Core exception (a failure no remediation step fixes); the engine's busy loop sticks
+once before it schedules the next request, with nothing running (vllm-project/vllm#17972);
+completions turn to ``!!!!`` or nothing (vllm-project/vllm-ascend#445, #6980)."""
+
+
+GROWTH_KEY = "hbm_growth_mb_per_s"
+"""Host setting: how fast a serving process's HBM grows once it holds its card (0: not)."""
+
+
+def grown(state: dict[str, Any], now: float | None = None) -> list[dict[str, Any]]:
+    """The process records with each server process's memory grown at the host's fixed rate
+    since it took its card: memory outside vLLM's pool that a leak keeps (vllm-project/
+    vllm-ascend#5262: "climbs steadily ... not reclaimed over time and ultimately triggers an
+    Out-of-Memory crash"). Foreign holders (no ``since``) do not grow."""
+    rate = float(state.get(GROWTH_KEY) or 0.0)
+    now = time.time() if now is None else now
+    out = []
+    for p in state["processes"]:
+        if rate > 0 and "since" in p:
+            p = {**p, "memory_mb": int(p["memory_mb"] + rate * max(0.0, now - float(p["since"])))}
+        out.append(p)
+    return out
 
 
 def take_quirk(path: Path, name: str) -> str | None:

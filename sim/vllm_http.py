@@ -20,6 +20,7 @@ from typing import Any
 from ascend_doctor.sim.engine_client import EngineClient
 from ascend_doctor.sim.engine_core import ServeConfig
 from ascend_doctor.sim.otlp import RequestTiming, SpanSender
+from ascend_doctor.sim.state import read_state, state_path_from_env
 from ascend_doctor.sim.versions import VersionProfile
 from ascend_doctor.sim.vlog import VllmOut
 
@@ -62,6 +63,27 @@ def _sampling_params(max_tokens: int, body: dict[str, Any]) -> str:
     )
 
 
+ANSWER = "Paris. It is the capital and the largest city of France, on the Seine".split()
+"""What the fake model answers, one word a token: greedy decoding is deterministic, so the
+same request gets the same text every time, as vLLM's does with temperature 0."""
+
+
+def answer(max_tokens: int) -> str:
+    """The completion of ``max_tokens`` tokens; garbled while the host's ``garbled`` quirk is
+    on. A model whose numerics broke (a precision or kernel fault after an upgrade, bad
+    weights, a bad card) emits token id 0 at every step, ``!`` in Qwen's vocabulary
+    (vllm-project/vllm-ascend#445, #562, #6980), or stops at once with nothing."""
+    try:
+        garbled = read_state(state_path_from_env()).get("quirks", {}).get("garbled")
+    except (OSError, ValueError):
+        garbled = None
+    if garbled == "exclamation":
+        return "!" * max_tokens
+    if garbled == "empty":
+        return ""
+    return "".join(" " + ANSWER[n % len(ANSWER)] for n in range(max_tokens))
+
+
 class Handler(BaseHTTPRequestHandler):
     """Routes of the fake OpenAI-compatible server."""
 
@@ -75,8 +97,12 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("content-type", ctype)
         self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        try:
+            self.end_headers()
+            self.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):
+            # the client gave up (a probe's timeout); uvicorn drops such a response silently
+            return
         reason = self.responses.get(status, ("",))[0]
         host, port = self.client_address[:2]
         self.server.out.raw(
@@ -226,7 +252,7 @@ class Handler(BaseHTTPRequestHandler):
                 "choices": [
                     {
                         "index": 0,
-                        "text": " ok" * max_tokens,
+                        "text": answer(max_tokens),
                         "logprobs": None,
                         "finish_reason": "length",
                         "stop_reason": None,

@@ -10,6 +10,7 @@ uninterruptible driver call does), keeping the card.
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import threading
 import time
@@ -29,7 +30,15 @@ from ascend_doctor.sim.models import (
     plan_memory,
 )
 from ascend_doctor.sim.msprof import DYNAMIC_KEY, SLOW_KEY, write_ascend_pt
-from ascend_doctor.sim.state import find_device, prune_dead, read_state, take_quirk, update_state
+from ascend_doctor.sim.state import (
+    GROWTH_KEY,
+    find_device,
+    grown,
+    prune_dead,
+    read_state,
+    take_quirk,
+    update_state,
+)
 from ascend_doctor.sim.versions import VersionProfile
 from ascend_doctor.sim.vlog import Plog, VllmOut, kernel_log
 
@@ -88,7 +97,13 @@ class Worker:
         with update_state(self.state_path) as state:
             state["processes"] = [p for p in state["processes"] if p["pid"] != self.pid]
             state["processes"].append(
-                {"device": self.device, "pid": self.pid, "name": _comm(), "memory_mb": mem}
+                {
+                    "device": self.device,
+                    "pid": self.pid,
+                    "name": _comm(),
+                    "memory_mb": mem,
+                    "since": time.time(),
+                }
             )
             if dynamic:
                 # What msprof --dynamic=on checks before it attaches.
@@ -221,6 +236,8 @@ class Worker:
             self.plan, self.cfg.gpu_memory_utilization, self.cfg.expandable_segments
         )
         need = activation_bytes(prompt_tokens)
+        if self._grown_full():
+            headroom = dataclasses.replace(headroom, usable_bytes=0)
         if need > headroom.usable_bytes:
             self.plog.write(
                 "ERROR",
@@ -242,6 +259,17 @@ class Worker:
         if self.fault_seen.wait(ttft + decode) and self.fault is not None:
             raise WorkerError(txt.EXECUTE_FRAMES, self._fault_text(self.fault))
         return ttft
+
+    def _grown_full(self) -> bool:
+        """The card is full: this process's memory grew (``hbm_growth_mb_per_s``) until no
+        headroom is left for the next request's activations."""
+        state = self._state()
+        if not state or not state.get(GROWTH_KEY):
+            return False
+        dev = find_device(state, self.device)
+        mine = [p for p in grown(state) if p["device"] == self.device]
+        idle = int(dev.get("idle_hbm_mb", 0)) if dev else 0
+        return idle + sum(int(p["memory_mb"]) for p in mine) >= HBM_GIB * 1024
 
     def _slow_factor(self) -> float:
         """How much slower each step runs (``profile_slow`` in the host state; 1: not)."""

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
 
+from ascend_doctor.collectors.evidence import Keeper
 from ascend_doctor.core.config import RemediationConfig
 from ascend_doctor.core.events import Outcome
 from ascend_doctor.core.launch import LaunchSpec
@@ -74,10 +74,8 @@ class HostTools:
     """The npu-smi binary."""
     npu_smi_timeout: float = 10.0
     """Timeout of read-only npu-smi calls."""
-    diagnostics_dir: Path | None = None
-    """Where collect_diagnostics writes its snapshots (None: do not write)."""
-    log_paths: Callable[[], list[str]] = field(default_factory=lambda: list)
-    """The logs worth a tail in a diagnostics snapshot."""
+    evidence: Keeper | None = None
+    """Takes collect_diagnostics' snapshots (None: nowhere to write them)."""
     profile: Callable[[], Awaitable[Artifact]] | None = None
     """Records a profile of the running server; None when profiling is not set up."""
 

@@ -7,54 +7,34 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from ascend_doctor.agent.remediation.context import Context, Done, Evidence
 from ascend_doctor.agent.remediation.launch_actions import to_int
+from ascend_doctor.collectors.npu_smi import reset_command
 from ascend_doctor.core.errors import CollectorError
 from ascend_doctor.core.events import Incident, Outcome
 from ascend_doctor.core.procs import descendants, is_own, pid_alive
 from ascend_doctor.core.records import encode
-from ascend_doctor.core.redact import redact_text
-from ascend_doctor.core.safeio import open_regular, private_dir, write_private
 
 log = logging.getLogger(__name__)
-
-TAIL_BYTES = 64 << 10
-"""How much of each log a diagnostics snapshot keeps."""
 
 
 async def collect_diagnostics(
     ctx: Context, inc: Incident, params: dict[str, Any], ev: Evidence
 ) -> Done:
-    """Snapshot npu-smi output and the log tails into the incident's evidence directory."""
-    from ascend_doctor.collectors.npu_smi import run_npu_smi
-
-    if ctx.host.diagnostics_dir is None:
+    """Keep the evidence of the live server (stacks, npu-smi health and ECC, log tails, the
+    last metrics: ``collectors/evidence.py``) in a snapshot indexed on the incident."""
+    if ctx.host.evidence is None:
         return Done(Outcome.REFUSED, "no diagnostics directory configured")
-    private_dir(ctx.host.diagnostics_dir)
-    out = private_dir(ctx.host.diagnostics_dir / f"incident-{inc.id}-{int(ctx.clock())}")
-    files: list[str] = []
-    binary = ctx.npu_smi()
-    try:
-        res = await run_npu_smi(binary, ["info"], timeout=ctx.host.npu_smi_timeout)
-        write_private(out / "npu-smi-info.txt", (res.stdout + res.stderr).encode())
-        files.append("npu-smi-info.txt")
-    except CollectorError as exc:
-        write_private(out / "npu-smi-info.txt", f"npu-smi failed: {exc}\n".encode())
-    for n, path in enumerate(ctx.host.log_paths()):
-        try:
-            with open_regular(path) as f:  # never a FIFO, never a link out of its dir
-                f.seek(0, 2)
-                f.seek(max(0, f.tell() - TAIL_BYTES))
-                tail = f.read()
-        except OSError:
-            continue
-        name = f"tail-{n}-{Path(path).name}"
-        write_private(out / name, redact_text(tail))
-        files.append(name)
-    return Done(Outcome.OK, f"snapshot in {out}", {"dir": str(out), "files": files})
+    index = await ctx.host.evidence.take(f"incident-{inc.id}", f"incident {inc.id}: {inc.summary}")
+    files = [f.name for f in index.files]
+    stacks = sum(1 for f in index.files if f.kind == "stacks")
+    return Done(
+        Outcome.OK,
+        f"snapshot in {index.dir} ({stacks} process stacks by {index.stacks_by})",
+        {"dir": index.dir, "files": files, "stacks_by": index.stacks_by, "pids": index.pids},
+    )
 
 
 async def capture_profile(
@@ -91,20 +71,6 @@ def failed_device(
         devices = ctx.devices()
         device = devices[0] if len(devices) == 1 else None
     return device
-
-
-def reset_command(device: int | None, chip: int = 0) -> list[str]:
-    """The npu-smi command that resets a device (``N`` where the device is not known)."""
-    return [
-        "npu-smi",
-        "set",
-        "-t",
-        "reset",
-        "-i",
-        "N" if device is None else str(device),
-        "-c",
-        str(chip),
-    ]
 
 
 HOLDER_POLL_S = 0.5

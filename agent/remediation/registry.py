@@ -14,9 +14,11 @@ from typing import Any
 
 from ascend_doctor.agent.remediation import device_actions as dev
 from ascend_doctor.agent.remediation import launch_actions as launch
+from ascend_doctor.agent.remediation.context import Context, Evidence
 from ascend_doctor.agent.remediation.launch_actions import Action
 from ascend_doctor.core.errors import RuleError
-from ascend_doctor.core.events import PlannedAction
+from ascend_doctor.core.events import Incident, PlannedAction
+from ascend_doctor.core.quiet import until_quiet
 from ascend_doctor.rules.loader import RuleSet
 
 
@@ -55,6 +57,9 @@ class ActionSpec:
     """How its cooldown is kept."""
     params: Mapping[str, type] = field(default_factory=dict)
     """Parameters a rule may give it, with their types."""
+    postpone: Callable[[Context, Incident, Evidence], tuple[float | None, str] | None] | None = None
+    """Asked before the step books anything: (time, why) to decide again then, (None, why)
+    to go to a human instead, None to act now."""
 
     def cooldown_key(self, device: int | None = None) -> str | None:
         """What the cooldown is kept under (None: no cooldown)."""
@@ -132,6 +137,14 @@ _SPECS = (
         _fixed("restart the server"),
         touches_server=True,
         cooldown=Cooldown.NONE,
+    ),
+    ActionSpec(
+        "restart_when_quiet",
+        dev.restart,
+        _fixed("restart the server in the next quiet window, before memory runs out"),
+        touches_server=True,
+        cooldown=Cooldown.NONE,
+        postpone=until_quiet,
     ),
     ActionSpec(
         "reset_device",

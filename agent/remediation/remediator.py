@@ -87,6 +87,14 @@ class Remediator:
         acting = self._passive_mode() is None
         evidence = self._evidence(inc)
         if acting:
+            for p in step:  # a step that waits for its moment books nothing meanwhile
+                spec = ACTIONS.get(p.name)
+                later = spec.postpone(self.ctx, inc, evidence) if spec and spec.postpone else None
+                if later is not None and later[0] is None:
+                    return self._escalate(inc, later[1])
+                if later is not None and later[0] is not None:
+                    self._record(inc, "plan", Outcome.REFUSED, later[1], {"retry_at": later[0]})
+                    return StepResult(restart=False, retry_at=later[0])
             keys = [self._cooldown_key(p, inc, evidence) for p in step]
             wait = self.policy.cooldown([k for k in keys if k is not None])
             if wait is not None:

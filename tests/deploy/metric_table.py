@@ -142,6 +142,9 @@ def feed() -> tuple[dict[str, Instrument], str]:
                       Severity.CRITICAL, "npu-smi-health-not-ok", "npu0 Critical", 1.0)  # fmt: skip
     m.incident(None, opened)
     m.incident(opened, dataclasses.replace(opened, state=IncidentState.ESCALATED))
+    again = dataclasses.replace(opened, id=2, opened_at=61.0)  # a time between incidents
+    m.incident(None, again)
+    m.incident(again, dataclasses.replace(again, state=IncidentState.RESOLVED, resolved_at=90.0))
     m.process_event(ProcessEvent(ProcessState.STARTING, ProcessState.STOPPED, 1.0))
     m.process_event(ProcessEvent(ProcessState.EXITED, ProcessState.RUNNING, 2.0, crashed=True))
     m.request_spans([SpanRecord("a" * 32, "b" * 16, "", "llm_request", "server", 0, 1, "unset",

@@ -195,3 +195,33 @@ def test_diagnose_shows_the_profiles_of_a_bundle(tmp_path: Path) -> None:
     data = json.loads(CliRunner().invoke(main, ["diagnose", "--json", str(out)]).output)
     (prof,) = data["profiles"]
     assert prof["headline"].startswith("rank 1 is the slow rank") and prof["path"] == str(capture)
+
+
+async def test_diagnose_shows_the_evidence_kept_before_a_restart(tmp_path: Path) -> None:
+    from ascend_doctor.cli.main import main
+    from ascend_doctor.collectors.evidence import Keeper
+
+    state = synthetic_state(tmp_path)
+    log = tmp_path / "server.log"
+    log.write_text("INFO the engine's last words\n")
+    keeper = Keeper(
+        state / "diagnostics",
+        keep=5,
+        max_bytes=MB,
+        pids=lambda: [os.getpid()],
+        devices=lambda: [4],
+        log_paths=lambda: [str(log)],
+        npu_smi="/nonexistent/npu-smi",
+        metrics_url=lambda: "",
+        clock=lambda: 1000.0,
+    )
+    await keeper.take("incident-7", "incident 7: 2 canaries in a row got no answer")
+    out = tmp_path / "b.tar.gz"
+    run_bundle("--state-dir", str(state), "-o", str(out), "--with-artifacts")
+    assert f"artifacts/incident-7-1000/stacks-{os.getpid()}.txt" in members(out)
+    result = CliRunner().invoke(main, ["diagnose", str(out)])
+    assert "EVIDENCE" in result.output, result.output
+    assert "incident-7-1000: incident 7: 2 canaries in a row got no answer" in result.output
+    data = json.loads(CliRunner().invoke(main, ["diagnose", "--json", str(out)]).output)
+    (snap,) = data["evidence"]
+    assert "tail-0-server.log" in snap["files"] and "npu-smi-health-4.txt" in snap["files"]

@@ -91,8 +91,16 @@ def test_status_shows_the_effective_command_and_where_each_change_came_from(
     assert "remediation budget: 3 of 4 steps left this hour; lower_max_model_len cooling down" in (
         out.stdout
     )
+    # MTTR and time between incidents per category (one open incident: nothing repaired yet)
+    assert "kv_cache_insufficient: 1 incidents, 0 repaired" in out.stdout
     data = json.loads(doctor("status", "--state-dir", str(state), "--json").stdout)
     assert data["launch"]["argv"][-2:] == ["--max-model-len", "15744"]
+    assert data["reliability"]["kv_cache_insufficient"] == {
+        "incidents": 1,
+        "resolved": 0,
+        "mttr_s": None,
+        "mtbi_s": None,
+    }
     assert [i["category"] for i in data["open_incidents"]] == ["kv_cache_insufficient"]
 
 

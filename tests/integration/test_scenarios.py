@@ -162,6 +162,12 @@ def test_crash_loop_escalates_after_its_only_step(tmp_path: Path, version: str) 
     assert inc["state"] == "escalated"
     assert [a["name"] for a in inc["actions"]] == ["collect_diagnostics", "restart", "escalate"]
     assert "server    STOPPED  staying stopped" in result.stdout
+    # every crash kept what was left of the server before the supervisor decided on it
+    crashes = sorted((state / "diagnostics").glob("crash-*"))
+    assert crashes, sorted(p.name for p in (state / "diagnostics").iterdir())
+    index = json.loads((crashes[0] / "index.json").read_text())
+    assert index["reason"].startswith("exited with status")
+    assert any(f["name"].startswith("tail-") for f in index["files"])
 
 
 def test_slow_decode_captures_a_profile_that_names_the_slow_rank(

@@ -19,11 +19,14 @@ def test_shipped_scenarios_load() -> None:
         "crash-loop",
         "device-busy",
         "device-fault",
+        "garbled-output",
         "graph-capture",
         "hang",
         "kv-cache",
+        "memory-creep",
         "npu-oom",
         "slow-decode",
+        "stuck-idle",
     ]
     kv = load_scenario("kv-cache")
     assert kv.flags == ("--max-model-len", "32768", "--gpu-memory-utilization", "0.5")

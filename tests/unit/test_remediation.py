@@ -243,19 +243,40 @@ async def test_enforce_eager_and_hccl_timeout_actions(tmp_path: Path) -> None:
 async def test_collect_diagnostics_snapshots_logs(tmp_path: Path) -> None:
     from ascend_doctor.agent.remediation.context import Evidence as Ev
     from ascend_doctor.agent.remediation.device_actions import collect_diagnostics
+    from ascend_doctor.collectors.evidence import Keeper
 
     log = tmp_path / "server.log"
     log.write_text("line one\nline two\n")
     w = World(tmp_path, ("vllm", "serve", "m"))
-    w.ctx.host.diagnostics_dir = tmp_path / "diag"
-    w.ctx.host.log_paths = lambda: [str(log)]
-    w.ctx.host.npu_smi = str(tmp_path / "no-npu-smi")
+    w.ctx.host.evidence = Keeper(
+        tmp_path / "diag",
+        keep=5,
+        max_bytes=1 << 20,
+        pids=list,
+        devices=lambda: [3],
+        log_paths=lambda: [str(log)],
+        npu_smi=str(tmp_path / "no-npu-smi"),
+        metrics_url=lambda: "",
+    )
     (inc_id,) = w.incidents.ingest([w.finding("torch-npu-oom", {}, 10)])
     done = await collect_diagnostics(w.ctx, w.store.incident(inc_id), {}, Ev({}))
     assert done.outcome == "ok"
     snap = Path(done.params["dir"])
+    assert snap.name.startswith(f"incident-{inc_id}-")
     assert (snap / "tail-0-server.log").read_text() == "line one\nline two\n"
-    assert "npu-smi failed: npu-smi not found" in (snap / "npu-smi-info.txt").read_text()
+    said = (snap / "npu-smi-health-3.txt").read_text()
+    assert said.startswith("npu-smi info -t health -i 3: npu-smi not found")
+    assert "npu-smi-ecc-3.txt" in done.params["files"]
+
+
+async def test_collect_diagnostics_without_a_place_is_refused(tmp_path: Path) -> None:
+    from ascend_doctor.agent.remediation.context import Evidence as Ev
+    from ascend_doctor.agent.remediation.device_actions import collect_diagnostics
+
+    w = World(tmp_path, ("vllm", "serve", "m"))
+    (inc_id,) = w.incidents.ingest([w.finding("torch-npu-oom", {}, 10)])
+    done = await collect_diagnostics(w.ctx, w.store.incident(inc_id), {}, Ev({}))
+    assert done.outcome == "refused"
 
 
 async def test_a_reused_path_is_not_a_duplicate(tmp_path: Path) -> None:

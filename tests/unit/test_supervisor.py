@@ -29,7 +29,14 @@ class Harness:
             on_change=self.events.append,
             on_exit=self.on_exit,
             sleep=self.sleep,
+            before_restart=self.before_restart,
         )
+        self.kept: list[tuple[str, int | None, bool]] = []
+
+    async def before_restart(self, why: str) -> None:
+        # what the evidence keeper sees: the server still alive, not yet signalled
+        proc = self.sup._proc
+        self.kept.append((why, self.sup.pid, proc is not None and proc.returncode is None))
 
     async def probe(self) -> bool:
         return self.healthy
@@ -63,6 +70,21 @@ async def test_starting_to_running_then_stopped(tmp_path: Path) -> None:
         ProcessState.STOPPED,
     ]
     assert h.exits == []  # a requested stop is not an exit to decide on
+
+
+async def test_running_to_exited_after_failed_probes_keeps_the_evidence_first(
+    tmp_path: Path,
+) -> None:
+    h = Harness(tmp_path, "import time; time.sleep(60)", healthy=True, probe_failures=2)
+    h.sup.start()
+    task = asyncio.create_task(h.sup.run())
+    await wait_for(lambda: h.sup.state == ProcessState.RUNNING, what="RUNNING")
+    pid = h.sup.pid
+    h.healthy = False  # /health stops answering: the supervisor restarts it on its own
+    await wait_for(lambda: bool(h.exits), what="the exit after failed probes")
+    assert h.kept == [("2 health probes failed in a row", pid, True)]
+    await h.sup.shutdown()
+    await task
 
 
 async def test_exit_zero_after_engine_death_line_is_a_crash(tmp_path: Path) -> None:
