@@ -346,7 +346,15 @@ def report(result: Diagnosis, rules: RuleSet) -> dict[str, Any]:
     causes: dict[tuple[str, str], dict[str, Any]] = {}
     named: set[int] = set()
     for group in ranked:
-        f = group[0].finding
+        # the line that names the device (the driver's, the runtime's) leads its cause
+        f = next(
+            (
+                i.finding
+                for i in group
+                if i.finding.subject != "server" and i.finding.category == group[0].finding.category
+            ),
+            group[0].finding,
+        )
         key = (f.category.value, f.subject)
         entry = causes.get(key) or causes.setdefault(key, _cause(f, steps))
         entry["count"] += len(group)

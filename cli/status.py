@@ -172,7 +172,7 @@ def status_lines(data: dict[str, Any], state_dir: Path, utc: bool) -> list[str]:
             f" ({plural(i['attempts'], 'attempt')})"
         )
     for category, r in data["reliability"].items():
-        click.echo(
+        out.append(
             f"{category}: {plural(r['incidents'], 'incident')}, {r['resolved']} repaired"
             + (f", MTTR {_span(r['mttr_s'])}" if r["mttr_s"] is not None else "")
             + (f", one every {_span(r['mtbi_s'])}" if r["mtbi_s"] is not None else "")

@@ -18,6 +18,7 @@ from ascend_doctor.agent.remediation import Context, HostTools
 from ascend_doctor.agent.remediation.context import Evidence
 from ascend_doctor.agent.remediation.device_actions import collect_diagnostics
 from ascend_doctor.cli.bundle import build_bundle
+from ascend_doctor.collectors.evidence import Keeper
 from ascend_doctor.collectors.log_files import Checkpoint, Checkpoints, Source
 from ascend_doctor.collectors.logs import Tailer
 from ascend_doctor.core.config import RemediationConfig
@@ -125,8 +126,17 @@ async def test_diagnostics_copy_nothing_unsafe_and_keep_copies_private(hostile: 
         server=FakeServer(lambda: LaunchSpec(("vllm",))),
         host=HostTools(
             npu_smi=str(hostile / "no-npu-smi"),
-            diagnostics_dir=hostile / "state" / "diagnostics",
-            log_paths=lambda: [str(root / n) for n in sorted(os.listdir(root))],
+            evidence=Keeper(
+                hostile / "state" / "diagnostics",
+                keep=5,
+                max_bytes=1 << 24,
+                pids=list,
+                devices=lambda: [0],
+                log_paths=lambda: [str(root / n) for n in sorted(os.listdir(root))],
+                npu_smi=str(hostile / "no-npu-smi"),
+                metrics_url=lambda: "",
+                py_spy=None,
+            ),
         ),
         sleep=lambda s: asyncio.sleep(0),
         clock=lambda: 1000.0,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -150,6 +151,6 @@ def test_ctrl_c_during_the_demo_prints_the_partial_summary(tmp_path: Path) -> No
             proc.kill()
             proc.wait()
     text = log.read_text()
-    assert "interrupted after 1 of 8 scenarios" in text or "interrupted after 2 of 8" in text
+    assert re.search(r"interrupted after [12] of \d+ scenarios", text), text
     assert "Traceback" not in text
     assert f"state dir: {state}" in text.split("interrupted")[1]

@@ -92,7 +92,7 @@ def test_status_shows_the_effective_command_and_where_each_change_came_from(
         out.stdout
     )
     # MTTR and time between incidents per category (one open incident: nothing repaired yet)
-    assert "kv_cache_insufficient: 1 incidents, 0 repaired" in out.stdout
+    assert "kv_cache_insufficient: 1 incident, 0 repaired" in out.stdout
     data = json.loads(doctor("status", "--state-dir", str(state), "--json").stdout)
     assert data["launch"]["argv"][-2:] == ["--max-model-len", "15744"]
     assert data["reliability"]["kv_cache_insufficient"] == {

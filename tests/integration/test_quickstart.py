@@ -61,7 +61,7 @@ def test_quickstart_reaches_a_watched_server(tmp_path: Path) -> None:
         env.pop(name, None)
     assert _run("ascend-doctor --version", tmp_path, env).startswith("ascend-doctor, version")
     listed = _run(demo_block.splitlines()[0], tmp_path, env).strip().splitlines()
-    words = {6: "six", 7: "seven", 8: "eight", 9: "nine", 10: "ten"}
+    words = {6: "six", 7: "seven", 8: "eight", 9: "nine", 10: "ten", 11: "eleven", 12: "twelve"}
     assert f"names the {words[len(listed)]} fault scenarios" in DOC.read_text(encoding="utf-8")
     # one shell, as one terminal: steps 3 and 4; after Ctrl-C (here SIGTERM), step 7
     script = (
