@@ -5,14 +5,16 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from ascend_doctor.collectors.evidence import Keeper
 from ascend_doctor.core.config import RemediationConfig
 from ascend_doctor.core.events import Outcome
 from ascend_doctor.core.launch import LaunchSpec
 from ascend_doctor.core.records import Artifact
 from ascend_doctor.core.store import Store
+
+if TYPE_CHECKING:  # the keeper brings an HTTP client: status and incidents need none
+    from ascend_doctor.collectors.evidence import Keeper
 
 
 class ServerSide(Protocol):
