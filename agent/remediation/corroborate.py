@@ -5,8 +5,9 @@ Anyone who can send a request can make a server print text (a prompt echoed by a
 output that repeats it, a tool-call parser quoting the model). So while the server runs and
 its last ``/health`` probe answered 200, an incident whose only evidence is text waits for an
 independent signal of the same failure: the server exited or failed start-up, ``/health``
-failed, a collector sample (npu-smi health, stalled metrics) fired a rule in the incident, or
-npu-smi reports the incident's device not OK. The wait is recorded, pages nobody, and ends
+failed, a collector sample (npu-smi health, stalled metrics) fired a rule in the incident,
+npu-smi reports the incident's device not OK, or the doctor's own canary request went
+unanswered. The wait is recorded, pages nobody, and ends
 when a signal arrives or, after ``remediation.corroboration_window``, with nothing done.
 """
 
@@ -43,6 +44,11 @@ def signal(ctx: Context, inc: Incident, device: int | None) -> str | None:
             health = values.get("health")
             if subject.split(".")[0] == f"npu{device}" and health not in ("OK", None):
                 return f"npu-smi reports {subject} health {health}"
+    # the doctor's own request, not a user's text: a server that does not answer it is failing
+    canary = ctx.store.latest_samples("canary").get("server") or {}
+    missed = canary.get("canary_timeouts")
+    if isinstance(missed, int | float) and missed >= 1:
+        return f"the doctor's canary request got no answer ({int(missed)} in a row)"
     return None
 
 

@@ -117,6 +117,20 @@ async def test_a_sample_finding_in_the_incident_corroborates(tmp_path: Path) -> 
     assert "corroborate" not in [a.name for a in w.store.actions(inc_id)]
 
 
+async def test_an_unanswered_canary_corroborates_but_a_good_one_does_not(tmp_path: Path) -> None:
+    w = World(tmp_path)
+    w.store.add_sample("canary", "server", w.now, {"canary_timeouts": 0, "canary_ok": 1})
+    (inc_id,) = w.incidents.ingest([w.text("vllm-kv-cache-max-len-estimate", KV)])
+    await w.remediator.remediate(inc_id)
+    assert [a.name for a in w.store.actions(inc_id)] == ["corroborate"]
+    # the doctor's own request goes unanswered: not a user's text, the step acts
+    w.now += 5
+    w.store.add_sample("canary", "server", w.now, {"canary_timeouts": 2})
+    result = await w.remediator.remediate(inc_id)
+    assert result.restart
+    assert w.server.spec().flag("--max-model-len") == "16128"
+
+
 ECHOES = [
     # v0.11 (vllm/entrypoints/logger.py:41): the prompt at INFO
     "(APIServer pid=1) INFO 08-28 02:33:28 [logger.py:41] Received request cmpl-1-0: prompt:"
