@@ -85,7 +85,14 @@ class Store(IncidentsMixin, RecordsMixin, HostMixin, SpansMixin, RequestsMixin, 
             self._lock.close()
 
     def _check_version(self) -> None:
-        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        try:
+            version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        except sqlite3.DatabaseError as exc:  # not a database, or a damaged one
+            self._db.close()
+            raise StoreError(
+                f"{self.path}: not a readable store ({exc}); the doctor moves a corrupt store"
+                " aside when it starts"
+            ) from None
         if version == 0:
             self._db.close()
             raise StoreError(f"{self.path}: the store is empty (is the doctor still starting?)")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,24 @@ def test_a_corrupt_store_is_moved_aside_and_a_fresh_one_starts(tmp_path: Path) -
     store.close()
     aside = [p.name for p in tmp_path.iterdir() if ".corrupt-" in p.name]
     assert aside and (tmp_path / aside[0]).read_bytes().startswith(b"this is no sqlite")
+
+
+@pytest.mark.parametrize("command", [["status"], ["incidents"], ["status", "--json"]])
+def test_reading_a_corrupt_store_is_one_line_not_a_traceback(
+    tmp_path: Path, command: list[str]
+) -> None:
+    (tmp_path / "doctor.db").write_bytes(b"this is no sqlite database" * 100)
+    out = subprocess.run(
+        [sys.executable, "-m", "ascend_doctor", *command, "--state-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert out.returncode == 2, out.stderr
+    assert "Traceback" not in out.stderr and "not a readable store" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert not [p for p in tmp_path.iterdir() if ".corrupt-" in p.name]  # a reader moves nothing
 
 
 def test_a_full_store_fails_writes_with_a_count(tmp_path: Path) -> None:
