@@ -47,17 +47,37 @@ async def stop_leftover(pid: int | None, start: float, grace: float) -> bool:
     """Stop a server a dead doctor left running (its process group: SIGTERM, then SIGKILL
     after ``grace`` seconds), when ``pid`` is still that process (same start time: never a
     stranger that reused the pid). True when there was one."""
-    if pid is None or not start or not same_process(pid, start):
+    if pid is None or not start:
         return False
+    leader = same_process(pid, start)
+    # else the API server died with the doctor but its engine core and workers may live on in
+    # its group, holding the port and the cards (Linux gives no new process a pid still in use
+    # as a group id, so those are the server's)
+    if not leader and (pid_alive(pid) or not group_members(pid)):
+        return False  # gone, or a stranger reused the pid
+
+    def left() -> bool:
+        return same_process(pid, start) if leader else bool(group_members(pid))
+
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace
-    while same_process(pid, start) and time.monotonic() < deadline:
+    while left() and time.monotonic() < deadline:
         await asyncio.sleep(0.1)
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        if same_process(pid, start):
+        if left():
             os.killpg(pid, signal.SIGKILL)
     return True
+
+
+def group_members(pgid: int) -> list[int]:
+    """The live processes of process group ``pgid``."""
+    members = []
+    for p in psutil.process_iter():
+        with contextlib.suppress(ProcessLookupError, PermissionError, psutil.Error):
+            if os.getpgid(p.pid) == pgid and p.status() != psutil.STATUS_ZOMBIE:
+                members.append(p.pid)
+    return members
 
 
 def listening_pid(port: int) -> int | None:
@@ -124,6 +144,7 @@ def npu_process(pid: int) -> int:
 
 __all__ = [
     "descendants",
+    "group_members",
     "is_own",
     "listening_pid",
     "npu_process",
