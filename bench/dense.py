@@ -27,21 +27,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from common import SCAN_BENIGN
+
 ROOT = Path(__file__).resolve().parent.parent
 DEV = ROOT / "tests" / "corpus" / "dev" / "failures.jsonl"
-BENIGN = [
-    "(APIServer pid=728) INFO 09-08 02:55:{s:02d} [loggers.py:123] Engine 000: Avg prompt "
-    "throughput: 1523.4 tokens/s, Avg generation throughput: 812.0 tokens/s, Running: 12 reqs,"
-    " Waiting: 0 reqs, GPU KV cache usage: 41.2%, Prefix cache hit rate: 63.0%",
-    '(APIServer pid=728) INFO:     127.0.0.1:{n} - "POST /v1/completions HTTP/1.1" 200 OK',
-    "[INFO] HCCL(1210,python3):2026-08-14-11:02:{s:02d}.995.679 [hccl_communicator.cc:{n}]1250"
-    " [HCCL_TRACE]SetTimeout: connect timeout 120 s, exec timeout 1836 s",
-    "[INFO] RUNTIME(1210,python3):2026-08-14-11:02:{s:02d}.123.456 [stream.cc:{n}]1250 "
-    "Create stream success, stream_id={n}",
-    "(EngineCore_DP0 pid=276) INFO 09-08 02:55:{s:02d} [core.py:{n}] Scheduler step finished"
-    " in 23.1 ms, batch size 12",
-]
-"""Benign lines (the same as ``throughput.py``): none gives a finding."""
 
 
 def failure_lines() -> list[str]:
@@ -57,7 +46,7 @@ def failure_lines() -> list[str]:
 
 def benign_line(rng: random.Random, i: int) -> str:
     """One benign line."""
-    tpl = BENIGN[rng.randrange(len(BENIGN))]
+    tpl = SCAN_BENIGN[rng.randrange(len(SCAN_BENIGN))]
     return tpl.format(s=i % 60, n=rng.randrange(10_000, 60_000))
 
 
