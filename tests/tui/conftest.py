@@ -9,6 +9,7 @@ import pytest
 from textual.pilot import Pilot
 from textual.screen import Screen
 
+from ascend_doctor.core.store import Store
 from ascend_doctor.tui.app import DoctorApp
 from ascend_doctor.tui.data import Source
 from ascend_doctor.tui.screens.base import RefreshingScreen
@@ -18,6 +19,15 @@ from tests.tui.store_fixture import NOW, build_state
 @pytest.fixture
 def state(tmp_path: Path) -> Path:
     return build_state(tmp_path / "state")
+
+
+def requests(state: Path) -> list[tuple[str, int | None]]:
+    """The operator requests the TUI queued in the store: (kind, incident)."""
+    store = Store.in_dir(state, readonly=True)
+    try:
+        return [(r.kind, r.incident_id) for r in store.requests()]
+    finally:
+        store.close()
 
 
 def make_app(state: Path, *, alive: bool = False, interval: float = 0.2) -> DoctorApp:

@@ -30,16 +30,8 @@ from ascend_doctor.tui.widgets import (
     SpanDetail,
     Waterfall,
 )
-from tests.tui.conftest import make_app, shown, until
+from tests.tui.conftest import make_app, requests, shown, until
 from tests.tui.store_fixture import NOW, build_state
-
-
-def requests(state: Path) -> list[tuple[str, int | None]]:
-    store = Store.in_dir(state, readonly=True)
-    try:
-        return [(r.kind, r.incident_id) for r in store.requests()]
-    finally:
-        store.close()
 
 
 async def test_keys_typed_into_a_search_never_reach_the_hotkeys(state: Path) -> None:

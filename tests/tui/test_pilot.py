@@ -29,16 +29,8 @@ from ascend_doctor.tui.widgets import (
     TracesTable,
     Waterfall,
 )
-from tests.tui.conftest import make_app, shown, until
+from tests.tui.conftest import make_app, requests, shown, until
 from tests.tui.store_fixture import LOG_LINES, NOW, build_state
-
-
-def requests(state: Path) -> list[tuple[str, int | None]]:
-    store = Store.in_dir(state, readonly=True)
-    try:
-        return [(r.kind, r.incident_id) for r in store.requests()]
-    finally:
-        store.close()
 
 
 async def test_navigate_overview_incident_traces_logs_and_back(state: Path) -> None:
