@@ -52,8 +52,13 @@ def main() -> int:
             for name, cmd in commands.items():
                 before = resource.getrusage(resource.RUSAGE_CHILDREN)
                 t0 = time.perf_counter()
-                subprocess.run(cmd, capture_output=True, check=True)
+                done = subprocess.run(cmd, capture_output=True, check=False)
                 times[name].append(time.perf_counter() - t0)
+                # status answers 3 when no doctor runs on the state dir (docs/quickstart.md);
+                # anything else, or a traceback, means the figure measures an error path.
+                if done.returncode not in (0, 3) or b"Traceback" in done.stderr:
+                    tail = done.stderr.decode()[-500:]
+                    raise SystemExit(f"{name}: exit {done.returncode}: {tail}")
                 after = resource.getrusage(resource.RUSAGE_CHILDREN)
                 cpu[name].append(
                     after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
