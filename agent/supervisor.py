@@ -13,21 +13,19 @@ import contextlib
 import logging
 import os
 import signal
-import sys
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
+from ascend_doctor.agent.server_output import OutputTee
 from ascend_doctor.collectors.vllm import health_probe as http_probe
-from ascend_doctor.collectors.vllm_access import without_probe_access
 from ascend_doctor.core.config import ServerConfig
 from ascend_doctor.core.errors import StoreError
 from ascend_doctor.core.events import ProcessEvent, ProcessState
 from ascend_doctor.core.launch import LaunchSpec
-from ascend_doctor.core.safeio import open_private_append
 from ascend_doctor.rules.parse import is_request_log
 
 log = logging.getLogger(__name__)
@@ -308,26 +306,19 @@ class Supervisor:
     async def _pump(self, stream: asyncio.StreamReader) -> None:
         """Tee the server's output to its log file (and the terminal); watch for crash lines."""
         markers = [m.encode() for m in self.config.crash_markers]
-        partial = b""
-        with open_private_append(self.log_path) as out:  # prompts are in it: 0600
-            echo: BinaryIO | None = sys.stdout.buffer if self.config.echo else None
+        tee = OutputTee(self.log_path, echo=self.config.echo)
+        try:
             while data := await stream.read(READ_SIZE):
-                with contextlib.suppress(OSError):  # a full disk loses the copy, not the server
-                    out.write(data)
-                    out.flush()
-                if echo is not None:
-                    with contextlib.suppress(OSError, ValueError):
-                        echo.write(without_probe_access(data))  # not our own probes
-                        echo.flush()
+                lines = tee.feed(data)
                 # whole lines only, and never a request-log line: a prompt that quotes
                 # "EngineDeadError" must not make a healthy server look like it is dying
-                lines, _, partial = (partial + data).rpartition(b"\n")
-                partial = partial[-READ_SIZE:]
                 if not self._marker_seen and any(m in lines for m in markers):
                     self._marker_seen = any(
                         any(m in line for m in markers) and not is_request_log(line)
                         for line in lines.split(b"\n")
                     )
+        finally:
+            tee.close()
 
     def _change_state(
         self,

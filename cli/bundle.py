@@ -39,6 +39,7 @@ from ascend_doctor.cli.common import InputError
 from ascend_doctor.core.config_file import default_state_dir
 from ascend_doctor.core.errors import CollectorError, ConfigError, DoctorError
 from ascend_doctor.core.redact import REDACTED, is_secret, redact, redact_text
+from ascend_doctor.core.redact_server import redact_server_text
 from ascend_doctor.core.safeio import open_regular
 from ascend_doctor.core.store import STORE_NAME, Store
 
@@ -109,10 +110,11 @@ class Builder:
     reserved: int = 0
     """Bytes promised to members added later (the store JSON), counted against the limit."""
 
-    def add_bytes(self, name: str, data: bytes, **info: Any) -> None:
-        """Add a member from memory (always: store JSON, notes, versions)."""
+    def add_bytes(self, name: str, data: bytes, *, log: bool = False, **info: Any) -> None:
+        """Add a member from memory (always: store JSON, notes, versions); a ``log`` tail is
+        redacted as the server's output is (its token counts kept: ``diagnose`` reads them)."""
         # every member, whatever its source: vLLM prints its non-default args (--api-key)
-        data = redact_text(data)
+        data = redact_server_text(data) if log else redact_text(data)
         member = tarfile.TarInfo(f"{self.top}/{name}")
         member.size = len(data)
         member.mtime = int(time.time())
@@ -224,7 +226,7 @@ def add_logs(b: Builder, paths: list[str], max_log_bytes: int) -> None:
         info: dict[str, Any] = {"source": path}
         if len(data) < size:
             info["truncated_from"] = size
-        b.add_bytes(name, data, **info)
+        b.add_bytes(name, data, log=True, **info)
 
 
 def add_npu_smi(b: Builder, npu_smi: str | None) -> None:
@@ -314,7 +316,7 @@ def add_artifacts(b: Builder, state_dir: Path, with_files: bool) -> None:
         except OSError as exc:
             b.skip(name, str(p), f"unreadable: {exc.strerror or exc}")
             continue
-        b.add_bytes(name, data, source=str(p))
+        b.add_bytes(name, data, log=p.name.startswith("tail-"), source=str(p))
 
 
 def build_bundle(

@@ -26,6 +26,7 @@ from ascend_doctor.core.config import EvidenceConfig
 from ascend_doctor.core.errors import CollectorError
 from ascend_doctor.core.procs import descendants
 from ascend_doctor.core.redact import redact_text
+from ascend_doctor.core.redact_server import redact_server_text
 from ascend_doctor.core.safeio import open_regular, private_dir, write_private
 
 log = logging.getLogger(__name__)
@@ -106,8 +107,10 @@ class _Writer:
         self.files: list[EvidenceFile] = []
 
     def put(self, name: str, kind: str, data: bytes | str, about: str = "") -> None:
-        # the server's argv and log lines may carry secrets (an --api-key, a token in a URL)
-        raw = redact_text(data.encode("utf-8", "replace") if isinstance(data, str) else data)
+        # the server's argv and log lines may carry secrets (an --api-key, a token in a URL);
+        # a log's token counts stay (the rules read them)
+        raw = data.encode("utf-8", "replace") if isinstance(data, str) else data
+        raw = redact_server_text(raw) if kind == "log" else redact_text(raw)
         write_private(self.out / name, raw)
         self.files.append(EvidenceFile(name, kind, len(raw), about))
 
