@@ -36,7 +36,12 @@ class OutputTee:
         try:
             self._out = open_private_append(path)  # prompts are in it: 0600
         except OSError as exc:
-            log.error("the server's output is not kept in %s (%s); it is still read", path, exc)
+            log.error(
+                "the server's output cannot be kept in %s (%s): its crash lines are still"
+                " watched, the rules do not see the rest",
+                path,
+                exc,
+            )
 
     def feed(self, data: bytes) -> bytes:
         """Write the whole lines ``data`` completes (redacted); returns them, unredacted, for

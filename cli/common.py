@@ -3,6 +3,7 @@ as a command opens them (a bad file or a missing store is one line, never a trac
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import sys
@@ -103,9 +104,11 @@ config_option = click.option(
 )
 
 
-def usable_state_dir(d: Path) -> Path:
+def usable_state_dir(d: Path, *, read_only_ok: bool = False) -> Path:
     """``d`` made and checked writable, absolute; one line (exit 2) when it cannot be: a path
-    through a file, a read-only disk, no permission."""
+    through a file, a read-only disk, no permission. ``read_only_ok`` (``watch``): a dir that
+    exists on a read-only mount or is immutable is used all the same, its store kept in memory
+    (the store never keeps the server down)."""
     d = d.absolute()
     try:
         d.mkdir(parents=True, exist_ok=True)
@@ -113,6 +116,8 @@ def usable_state_dir(d: Path) -> Path:
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as exc:
+        if read_only_ok and exc.errno in (errno.EROFS, errno.EPERM) and d.is_dir():
+            return d
         raise InputError(f"{d}: cannot use as the state dir: {exc.strerror or exc}") from None
     return d
 

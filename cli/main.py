@@ -141,7 +141,10 @@ def watch(
     setup_logging(verbose)
     spec = LaunchSpec(tuple(command)) if command else None
     status = run_watch(
-        config, usable_state_dir(resolve_state_dir(state_dir)), spec, attach=attached
+        config,
+        usable_state_dir(resolve_state_dir(state_dir), read_only_ok=True),
+        spec,
+        attach=attached,
     )
     sys.exit(status)
 

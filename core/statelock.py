@@ -8,10 +8,11 @@ The file holds the holder's pid, for the second doctor's one-line refusal.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import fcntl
 import os
 from pathlib import Path
-from typing import BinaryIO
 
 from ascend_doctor.core.errors import DoctorError
 from ascend_doctor.core.safeio import private_dir
@@ -23,24 +24,60 @@ class StateLocked(DoctorError):
     """Another doctor holds the state dir."""
 
 
-def lock_state_dir(state_dir: Path) -> BinaryIO:
+class HeldLock:
+    """The state dir's lock, held until :meth:`close` (or the process's end)."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    def close(self) -> None:
+        """Release the lock."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def lock_state_dir(state_dir: Path) -> HeldLock:
     """Hold the state dir's lock (keep the returned file open; closing it releases the lock);
     :class:`StateLocked`, naming the holder's pid, when another process holds it."""
-    private_dir(state_dir)
-    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-    fh = os.fdopen(os.open(state_dir / LOCK_NAME, flags, 0o600), "r+b", buffering=0)
     try:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        private_dir(state_dir)
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(state_dir / LOCK_NAME, flags, 0o600)
+    except OSError as exc:
+        if exc.errno not in (errno.EROFS, errno.EPERM, errno.EACCES) or not state_dir.is_dir():
+            raise
+        fd = _read_only_lock(state_dir)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        holder = fh.read(32).decode("ascii", "replace").strip() or "unknown"
-        fh.close()
+        holder = _holder(state_dir)
+        os.close(fd)
         raise StateLocked(
             f"another ascend-doctor (pid {holder}) is watching {state_dir}: stop it first,"
             " or give this one another --state-dir"
         ) from None
-    fh.truncate(0)
-    fh.write(f"{os.getpid()}\n".encode())
-    return fh
+    with contextlib.suppress(OSError):  # a read-only state dir keeps the last holder's pid
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return HeldLock(fd)
 
 
-__all__ = ["LOCK_NAME", "StateLocked", "lock_state_dir"]
+def _holder(state_dir: Path) -> str:
+    try:
+        with open(state_dir / LOCK_NAME, "rb") as f:
+            return f.read(32).decode("ascii", "replace").strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+def _read_only_lock(state_dir: Path) -> int:
+    """A state dir that cannot be written (a read-only mount, an immutable dir) is still held
+    by one doctor: ``flock`` works on a file opened for reading, and on the dir itself when
+    no lock file was ever made there."""
+    path = state_dir / LOCK_NAME
+    target = path if path.is_file() else state_dir
+    return os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+
+
+__all__ = ["LOCK_NAME", "HeldLock", "StateLocked", "lock_state_dir"]

@@ -22,6 +22,7 @@ from ascend_doctor.core.safeio import private_dir
 from ascend_doctor.core.statelock import lock_state_dir
 from ascend_doctor.core.store_alerts import AlertRow, AlertsMixin, Silence
 from ascend_doctor.core.store_base import StoreListener
+from ascend_doctor.core.store_degraded import open_in_memory
 from ascend_doctor.core.store_host import SAMPLES_KEPT, HostMixin
 from ascend_doctor.core.store_incidents import (
     IncidentNotFound,
@@ -43,7 +44,9 @@ class Store(IncidentsMixin, RecordsMixin, HostMixin, SpansMixin, RequestsMixin, 
 
     def __init__(self, path: Path, *, readonly: bool = False, lock: bool = False) -> None:
         self.path = path
-        # ``lock``: the daemon's store, held by one doctor at a time (statelock.py)
+        self.clock = time.monotonic
+        # ``lock``: the daemon's store, held by one doctor at a time (statelock.py); it never
+        # stops start-up for a store it cannot write: that store lives in memory meanwhile
         self._lock = lock_state_dir(path.parent) if lock and not readonly else None
         try:
             if readonly:
@@ -53,25 +56,28 @@ class Store(IncidentsMixin, RecordsMixin, HostMixin, SpansMixin, RequestsMixin, 
                     )
                 self._db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5.0)
             else:
-                private_dir(path.parent)  # the state dir: 0700, whatever the umask
                 try:
-                    self._db = _open_writable(path)
-                except sqlite3.DatabaseError as exc:
-                    if not _CORRUPT.search(str(exc)):
+                    self._db = _open_moving_corrupt(path)
+                except (OSError, sqlite3.Error) as exc:
+                    if not lock:
                         raise
-                    # a corrupt store must not keep the server down: kept for a post-mortem
-                    aside = path.with_name(f"{path.name}.corrupt-{int(time.time())}")
-                    for x in ("", "-wal", "-shm"):
-                        if path.with_name(path.name + x).exists():
-                            path.with_name(path.name + x).rename(aside.with_name(aside.name + x))
-                    log.critical("%s is corrupt (%s): moved to %s, a fresh store starts", path,
-                                 exc, aside)  # fmt: skip
-                    self._db = _open_writable(path)
+                    self._go_degraded(exc)
         except sqlite3.Error as exc:
             raise StoreError(f"{path}: cannot open store: {exc}") from None
         self._db.row_factory = sqlite3.Row
         self._check_version()
         self.listeners: list[StoreListener] = []
+
+    def _go_degraded(self, exc: BaseException) -> None:
+        self._db, self._write_back = open_in_memory(self.path)
+        self.degraded = f"{exc}"
+        log.critical(
+            "%s cannot be written (%s): the doctor supervises with a store in memory, written"
+            " back when the file can be written again; status and incidents show the old store"
+            " meanwhile",
+            self.path,
+            exc,
+        )
 
     @classmethod
     def in_dir(cls, state_dir: Path, *, readonly: bool = False, lock: bool = False) -> Store:
@@ -109,6 +115,27 @@ class Store(IncidentsMixin, RecordsMixin, HostMixin, SpansMixin, RequestsMixin, 
 
 
 _CORRUPT = re.compile(r"not a database|malformed|corrupt", re.IGNORECASE)
+
+
+def _open_moving_corrupt(path: Path) -> sqlite3.Connection:
+    private_dir(path.parent)  # the state dir: 0700, whatever the umask
+    # SQLite opens a file it cannot write read-only without a word: ask first
+    if path.exists():
+        with open(path, "r+b"):
+            pass
+    try:
+        return _open_writable(path)
+    except sqlite3.DatabaseError as exc:
+        if not _CORRUPT.search(str(exc)):
+            raise
+        why = exc
+    # a corrupt store must not keep the server down: kept for a post-mortem
+    aside = path.with_name(f"{path.name}.corrupt-{int(time.time())}")
+    for x in ("", "-wal", "-shm"):
+        if path.with_name(path.name + x).exists():
+            path.with_name(path.name + x).rename(aside.with_name(aside.name + x))
+    log.critical("%s is corrupt (%s): moved to %s, a fresh store starts", path, why, aside)
+    return _open_writable(path)
 
 
 def _open_writable(path: Path) -> sqlite3.Connection:

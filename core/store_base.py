@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from ascend_doctor.core.errors import StoreError
 from ascend_doctor.core.events import ActionResult, Finding, Incident, ProcessEvent
+from ascend_doctor.core.store_degraded import write_back
 
 log = logging.getLogger("ascend_doctor.core.store")
+RETRY_S = 5.0
+"""Seconds between two tries to write a degraded (in-memory) store back to its file."""
 
 
 class StoreListener:
@@ -48,6 +51,13 @@ class StoreBase:
     write_errors = 0
     """Writes that failed (disk full, read-only, corrupt): counted, logged once a minute."""
     _reported_at = float("-inf")
+    path: Path
+    degraded = ""
+    """Why the store lives in memory (its file could not be written at start-up), or ''."""
+    _write_back = False
+    _tried_at = float("-inf")
+    clock: Callable[[], float]
+    """Monotonic seconds: when a failed write is reported, a degraded store retried."""
 
     def _notify(self, call: Callable[[StoreListener], None]) -> None:
         for listener in self.listeners:
@@ -69,15 +79,40 @@ class StoreBase:
                     self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
+            if self.degraded:
+                self._unsaved()
         except sqlite3.IntegrityError:
             raise  # a constraint the caller relies on (a finding seen twice), not a fault
         except sqlite3.Error as exc:
             self.write_errors += 1
-            now = time.monotonic()
+            now = self.clock()
             if now - self._reported_at >= 60:
                 self._reported_at = now
                 log.error("store write failed (%d so far): %s", self.write_errors, exc)
             raise StoreError(f"store write failed: {exc}") from None
 
+    def _unsaved(self) -> None:
+        """A write went to the memory store only: counted, reported once a minute, and the
+        file tried again (a failed ``open()`` every few seconds at most)."""
+        self.write_errors += 1
+        now = self.clock()
+        if self._write_back and now - self._tried_at >= RETRY_S:
+            self._tried_at = now
+            disk = write_back(self._db, self.path)
+            if disk is not None:
+                disk.row_factory = self._db.row_factory
+                self._db.close()
+                self._db, self.degraded = disk, ""
+                log.warning("%s can be written again: what was kept in memory is saved", self.path)
+                return
+        if now - self._reported_at >= 60:
+            self._reported_at = now
+            log.error(
+                "store write failed (%d so far): %s cannot be written (%s); kept in memory",
+                self.write_errors,
+                self.path,
+                self.degraded,
+            )
 
-__all__ = ["StoreBase", "StoreListener"]
+
+__all__ = ["RETRY_S", "StoreBase", "StoreListener"]
