@@ -7,7 +7,9 @@ import errno
 import logging
 import os
 import sys
+import threading
 from pathlib import Path
+from types import TracebackType
 from typing import TYPE_CHECKING
 
 import click
@@ -39,10 +41,34 @@ def setup_logging(verbose: bool, logfile: Path | None = None) -> None:
     root.setLevel(logging.DEBUG if verbose else logging.INFO)
     root.propagate = False
     # the file watcher's own messages (a stop racing its thread) go where ours go
-    wd = logging.getLogger("watchdog")
-    wd.handlers[:] = [handler]
-    wd.setLevel(logging.WARNING)
-    wd.propagate = False
+    # the file watcher's and asyncio's own messages (a task's exception never retrieved)
+    for name in ("watchdog", "asyncio"):
+        other = logging.getLogger(name)
+        other.handlers[:] = [handler]
+        other.setLevel(logging.WARNING)
+        other.propagate = False
+    _uncaught_to(root)
+
+
+def _uncaught_to(log: logging.Logger) -> None:
+    """An exception nobody caught (in the main thread or another) is logged through the
+    redacting handler, not printed raw by Python: its message may quote a command line."""
+
+    def main(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+        log.critical("uncaught %s", kind.__name__, exc_info=(kind, exc, tb))
+
+    def thread(args: threading.ExceptHookArgs) -> None:
+        if args.exc_value is not None and args.exc_type is not SystemExit:
+            name = args.thread.name if args.thread is not None else "?"
+            log.critical(
+                "uncaught %s in thread %s",
+                args.exc_type.__name__,
+                name,
+                exc_info=(args.exc_type, args.exc_value, args.exc_traceback),
+            )
+
+    sys.excepthook = main
+    threading.excepthook = thread
 
 
 def config_from(path: Path | None) -> Config:

@@ -100,16 +100,27 @@ def redact_params(value: Any) -> Any:
 
 
 class RedactingFilter(logging.Filter):
-    """Redacts every log record's message (a reason quoting ``--api-key``, an exception that
-    prints a command line) before a handler writes it."""
+    """Redacts every log record's message and its traceback (a reason quoting ``--api-key``,
+    an exception that prints a command line, a source line in a traceback) before a handler
+    writes it."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        """Always keeps the record, with its message redacted."""
+        """Always keeps the record, with its message, traceback and stack redacted."""
         message = record.getMessage()
         clean = redact_text(message)
         if clean != message:
             record.msg, record.args = clean, ()
+        # the handler's formatter uses exc_text when it is set: formatted here, redacted
+        if record.exc_info and not record.exc_text:
+            record.exc_text = _TRACEBACKS.formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = redact_text(record.exc_text)
+        if record.stack_info:
+            record.stack_info = redact_text(record.stack_info)
         return True
+
+
+_TRACEBACKS = logging.Formatter()
 
 
 __all__ = [
