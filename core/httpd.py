@@ -57,6 +57,8 @@ class Request:
     headers: dict[str, str]
     """Lower-cased names."""
     body: bytes = b""
+    peer: str = ""
+    """The client's address (no port: a client opens a new connection at will)."""
 
 
 @dataclass
@@ -146,6 +148,7 @@ class HttpServer:
                     return
                 if req is None:
                     return
+                req.peer = str((writer.get_extra_info("peername") or ("",))[0])
                 try:
                     resp = await self.handler(req)
                 except Exception:  # a handler's bug is a 500, never the daemon's problem

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Sequence
 
@@ -24,6 +23,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 from ascend_doctor.agent.telemetry.export import Endpoint
+from ascend_doctor.agent.telemetry.ratelimit import ClientLimits
 from ascend_doctor.collectors.otlp import from_otlp_json, from_otlp_proto
 from ascend_doctor.collectors.otlp_records import to_otlp_proto
 from ascend_doctor.core.errors import TelemetryError
@@ -36,7 +36,8 @@ log = logging.getLogger(__name__)
 FORWARD_QUEUE = 10_000  # spans waiting to be forwarded; beyond it they are dropped, counted
 FORWARD_BATCH = 512
 SPANS_PER_SECOND = 2000.0
-"""Spans accepted per second (a burst of one second's worth); more are answered 429."""
+"""Spans accepted per second from one client (a burst of one second's worth); more are
+answered 429 (``ratelimit.py`` says what a client is)."""
 Send = Callable[[ExportTraceServiceRequest], Awaitable[None]]
 
 
@@ -64,7 +65,7 @@ class Receiver:
         self._http = HttpServer(
             self._handle, max_body=max_body, on_reject=self._reject, name="otlp receiver"
         )
-        self._tokens, self._filled = SPANS_PER_SECOND, time.monotonic()
+        self.limits = ClientLimits(SPANS_PER_SECOND)
         self._queue: deque[SpanRecord] = deque()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -87,11 +88,13 @@ class Receiver:
         self.forward_dropped += len(self._queue)
         self._queue.clear()
 
-    def _reject(self, reason: str) -> None:
+    def _reject(self, reason: str, client: str = "") -> None:
         self.rejected[reason] += 1
         if self.metrics is not None:
             self.metrics.rejected.add(1, {"reason": reason})
-        log.warning("otlp receiver: rejected a request (%s)", reason)
+        log.warning(
+            "otlp receiver: rejected a request (%s)%s", reason, client and f" from {client}"
+        )
 
     async def _handle(self, req: Request) -> Response:
         path = req.path.split("?", 1)[0]
@@ -113,13 +116,10 @@ class Receiver:
         except TelemetryError as exc:
             self._reject("malformed")
             return Response(400, f"{exc}\n".encode())
-        now = time.monotonic()
-        self._tokens = min(SPANS_PER_SECOND, self._tokens + (now - self._filled) * SPANS_PER_SECOND)
-        self._filled = now
-        if len(spans) > self._tokens:
-            self._reject("rate_limited")  # every client is on loopback: one bucket for all
+        noisy = self.limits.admit(req.peer, spans)
+        if noisy is not None:  # that client only: the others' buckets are their own
+            self._reject("rate_limited", noisy)
             return Response(429, b"too many spans; retry later\n", headers={"Retry-After": "1"})
-        self._tokens -= len(spans)
         if spans:
             self.store.add_spans(spans)
             self.accepted += len(spans)
