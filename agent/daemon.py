@@ -38,7 +38,8 @@ from ascend_doctor.agent.telemetry import Telemetry
 from ascend_doctor.agent.verify import Verifier
 from ascend_doctor.collectors import CollectorContext
 from ascend_doctor.collectors.evidence import Keeper
-from ascend_doctor.collectors.kernel_log import PidBook, kernel_source
+from ascend_doctor.collectors.kernel_log import PidBook
+from ascend_doctor.collectors.kernel_sources import kernel_source
 from ascend_doctor.collectors.log_files import last_lines
 from ascend_doctor.collectors.log_sources import log_sources
 from ascend_doctor.collectors.npu_smi import npu_smi_binary

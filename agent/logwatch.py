@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from ascend_doctor.collectors.kernel_log import KernelLog
+from ascend_doctor.collectors.kernel_sources import KernelStream
 from ascend_doctor.collectors.log_sources import StoreCheckpoints
 from ascend_doctor.collectors.logs import Source, Tailer, Waker
 from ascend_doctor.core.config import LogsConfig
@@ -39,7 +39,7 @@ class LogWatch:
         engine: Engine,
         on_findings: Callable[[list[Finding]], None],
         on_drained: Callable[[], None] = lambda: None,
-        kernel: KernelLog | None = None,
+        kernel: KernelStream | None = None,
         keep: Callable[[Finding], bool] = lambda f: True,
     ) -> None:
         self.config = config

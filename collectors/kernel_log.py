@@ -16,7 +16,9 @@ by it and the cursor saved after them means a restarted doctor does not read a l
 - ``EPIPE`` means records were overwritten before they were read: counted, reading goes on.
 - Where ``/dev/kmsg`` is unreadable (a container without it, no CAP_SYSLOG under
   ``dmesg_restrict``) the source is off with one warning; the kernel's log files
-  (:data:`FALLBACK_FILES`) are then followed by the tailer instead, when readable.
+  (:data:`FALLBACK_FILES`) are then followed by the tailer instead, when readable. Where the
+  systemd journal is kept, it is read before either (kernel_journal.py; the order is
+  kernel_sources.py's).
 """
 
 from __future__ import annotations
@@ -32,9 +34,7 @@ from typing import Any
 import psutil
 
 from ascend_doctor.collectors.log_files import Source, source_kind
-from ascend_doctor.core.config import LogsConfig
 from ascend_doctor.core.events import Finding, LogChunk
-from ascend_doctor.core.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -63,28 +63,6 @@ def boot_id(path: str = "/proc/sys/kernel/random/boot_id") -> str:
 def fallback_sources(files: Iterable[str] = FALLBACK_FILES) -> list[Source]:
     """The kernel's log files that can be read, as tailer sources of kind ``host``."""
     return [Source(p, "host") for p in files if os.access(p, os.R_OK)]
-
-
-def kernel_source(config: LogsConfig, store: Store) -> tuple[KernelLog | None, list[Source]]:
-    """The kernel's record stream with its cursor in the store, or (when it cannot be read)
-    the kernel's log files for the tailer; nothing when ``logs.kernel`` is off."""
-    if not config.kernel:
-        return None, []
-    if not os.access(config.kernel_path, os.R_OK):
-        files = fallback_sources()
-        log.warning(
-            "kernel log %s is not readable: %s",
-            config.kernel_path,
-            f"following {', '.join(s.pattern for s in files)}" if files else "kernel lines off",
-        )
-        return None, files
-    kernel = KernelLog(
-        lambda: store.meta(CURSOR_KEY),
-        lambda cursor: store.set_meta(CURSOR_KEY, cursor),
-        path=config.kernel_path,
-        read_from=config.read_from,
-    )
-    return kernel, []
 
 
 class KernelLog:
@@ -220,5 +198,4 @@ __all__ = [
     "PidBook",
     "boot_id",
     "fallback_sources",
-    "kernel_source",
 ]

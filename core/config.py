@@ -70,11 +70,15 @@ class LogsConfig:
     context_after: int = 3
     """Lines of context kept after a matched line."""
     kernel: bool = True
-    """Read the kernel's messages (OOM killer, segfaults, the NPU driver): ``kernel_path``
-    from a cursor kept in the store, or /var/log/kern.log and /var/log/messages when it
-    cannot be read. Lines about a process that is not the server's are dropped."""
+    """Read the kernel's messages (OOM killer, segfaults, the NPU driver) from a cursor kept in
+    the store (``kernel_source``); lines about a process not the server's are dropped."""
     kernel_path: str = "/dev/kmsg"
     """The kernel's record stream."""
+    kernel_source: str = "auto"
+    """First kernel source tried: ``journal``, ``kmsg``, ``files``, each giving way to the next;
+    ``auto``: the journal where journald keeps one, else ``kmsg``."""
+    journalctl: str = "journalctl"
+    """The journalctl binary (on the doctor's PATH when not absolute)."""
 
 
 @dataclass(frozen=True)
@@ -427,6 +431,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "remediation.mode": ("auto", "suggest", "off"),
     "remediation.on_escalation": ("stop", "keep"),
     "logs.read_from": ("end", "beginning"),
+    "logs.kernel_source": ("auto", "journal", "kmsg", "files"),
     "alerts.sinks.type": ("pagerduty", "slack", "alertmanager", "webhook", "command"),
     "alerts.sinks.role": ("", "page", "notify"),
     "alerts.routes.min_severity": ("info", "warning", "error", "critical"),

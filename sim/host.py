@@ -119,6 +119,18 @@ class SimHost:
             shim.chmod(0o755)
         return host
 
+    def install_journalctl(self) -> Path:
+        """Put the fake ``journalctl`` (sim/journalctl.py) on this host's PATH; returns the
+        file its entries are read from (add to it with ``sim.journalctl.append``)."""
+        shim = self.bin_dir / "journalctl"
+        shim.write_text(
+            _SHIM.format(python=sys.executable, tool="journalctl", module="journalctl",
+                         env=STATE_ENV, state=str(self.state_path)),
+            encoding="utf-8",
+        )  # fmt: skip
+        shim.chmod(0o755)
+        return self.state_path.parent / "journal.jsonl"
+
     def env(self) -> dict[str, str]:
         """Environment additions that point a process at this host."""
         return {

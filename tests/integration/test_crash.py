@@ -25,7 +25,7 @@ MODEL = "Qwen/Qwen2.5-14B-Instruct"
 
 
 def _config(kmsg: Path) -> str:
-    return CONFIG + f'\n[logs]\nkernel_path = "{kmsg}"\n'
+    return CONFIG + f'\n[logs]\nkernel_source = "kmsg"\nkernel_path = "{kmsg}"\n'
 
 
 def _oom_record(seq: int, pid: int) -> str:
