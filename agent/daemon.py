@@ -93,7 +93,8 @@ class Daemon:
         self.log_path = _under(state_dir, config.server.log_file)
         # the kernel's voice, about the server's processes only (collectors/kernel_log.py)
         kernel, host_logs = kernel_source(config.logs, self.store)
-        self.pid_book, self._explained_at, self._last_pid = PidBook(), 0.0, 0
+        self.pid_book = PidBook(roots=lambda: self.server.own_pids | {self.server.pid or 0})
+        self._explained_at, self._last_pid = 0.0, 0
         self.logs = LogWatch(
             config.logs,
             self.store,

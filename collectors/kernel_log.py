@@ -158,9 +158,15 @@ class PidBook:
     be the server's after that process is gone (the OOM killer's victim is usually a worker,
     a child of the process the doctor started)."""
 
-    def __init__(self, every: float = 2.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        every: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+        roots: Callable[[], Iterable[int]] = tuple,
+    ) -> None:
         self.every = every
         self._clock = clock
+        self._roots = roots  # the server's own pids now: never missed between two walks
         self._last = -every
         self.pids: set[int] = set()
         """Every pid of the server's trees seen since the doctor started."""
@@ -187,6 +193,8 @@ class PidBook:
         pid = finding.captures.get("pid")
         if not pid or not pid.isdigit() or source_kind(finding.path) != "host":
             return True
+        # a server started since the last walk (at most ``every`` ago) is known by its roots
+        self.pids.update(p for p in self._roots() if p > 0)
         return not self.pids or int(pid) in self.pids
 
 

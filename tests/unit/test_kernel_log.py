@@ -100,6 +100,12 @@ def test_kernel_lines_about_other_processes_are_dropped(tmp_path: Path) -> None:
     assert not book.about_server(oom)
     book.pids.add(4242)
     assert book.about_server(oom)
+    started = {1, 4242}  # a server started since the last walk: its own pids count at once
+    fresh = PidBook(clock=lambda: 0.0, roots=lambda: started)
+    fresh.note([999_999_999])
+    assert fresh.about_server(oom)
+    started.discard(4242)
+    assert not PidBook(clock=lambda: 0.0, roots=lambda: started).about_server(oom)
 
 
 def test_an_unexplained_exit_names_its_signal_and_last_lines(tmp_path: Path) -> None:
