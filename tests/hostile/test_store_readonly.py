@@ -2,7 +2,8 @@
 state dir lies on a small tmpfs remounted read-only (as a file system is after errors; chmod
 would not stop root): ``watch`` starts, supervises the server with its store in memory
 (seeded from the file: what a dead doctor left), counts what it could not save and writes it
-all back once the mount is writable again."""
+all back once the mount is writable again. An immutable store file (``chattr +i``) is the
+same case on a writable dir."""
 
 from __future__ import annotations
 
@@ -118,3 +119,39 @@ def _server_pid(doctor_pid: int, port: str) -> int | None:
         if port.encode() in argv:
             return int(child)
     return None
+
+
+@pytest.fixture
+def immutable(tmp_path: Path) -> Iterator[Path]:
+    """A store file made immutable (``chattr +i``: even root cannot write it)."""
+    state = tmp_path / "state"
+    store = Store.in_dir(state, lock=True)
+    store.set_meta("before", "kept")
+    store.close()
+    db = state / "doctor.db"
+    done = subprocess.run(["chattr", "+i", str(db)], capture_output=True, check=False)
+    if done.returncode != 0:
+        pytest.skip(f"cannot make a file immutable here: {done.stderr.decode().strip()}")
+    try:
+        yield db
+    finally:
+        subprocess.run(["chattr", "-i", str(db)], check=False)
+
+
+def test_an_immutable_store_file_runs_in_memory_until_it_is_writable(immutable: Path) -> None:
+    now = [0.0]
+    store = Store.in_dir(immutable.parent, lock=True)
+    store.clock = lambda: now[0]
+    assert "Operation not permitted" in store.degraded and store.meta("before") == "kept"
+    store.set_meta("during", 1)
+    now[0] += RETRY_S
+    store.set_meta("during", 2)  # still immutable: tried, still in memory
+    assert store.degraded and store.write_errors == 2
+    subprocess.run(["chattr", "-i", str(immutable)], check=True)
+    now[0] += RETRY_S
+    store.set_meta("after", 3)
+    assert not store.degraded
+    store.close()
+    reader = Store.in_dir(immutable.parent, readonly=True)
+    assert [reader.meta(k) for k in ("before", "during", "after")] == ["kept", 2, 3]
+    reader.close()
