@@ -15,13 +15,13 @@ read an immutable snapshot the daemon's loop replaces.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from opentelemetry.metrics import CallbackOptions, Meter, Observation
+from opentelemetry.metrics import Meter
 
 from ascend_doctor.core.events import Finding
+from ascend_doctor.metrics.observe import Kind, Point, Read, observe
 
 MIB = 1024 * 1024
 
@@ -81,6 +81,18 @@ def fault_codes(value: Any) -> frozenset[str]:
     return frozenset(c for c in _CODE_SPLIT.split(value.strip()) if c and c not in ("NA", "0"))
 
 
+_VALUES: tuple[tuple[str, str, str, str, Kind], ...] = (
+    ("power", "hw.power", "W", "Power drawn by the NPU board", Kind.GAUGE),
+    ("temperature", "hw.npu.temperature", "Cel", "NPU chip temperature", Kind.GAUGE),
+    ("utilization", "hw.npu.utilization", "1", "AI Core busy, 0..1", Kind.GAUGE),
+    # additive (a host's HBM is the sum of its cards'): up-down counters, as the
+    # conventions' hw.gpu.memory.usage and .limit
+    ("memory.usage", "hw.npu.memory.usage", "By", "NPU HBM in use", Kind.UP_DOWN),
+    ("memory.limit", "hw.npu.memory.limit", "By", "NPU HBM size", Kind.UP_DOWN),
+)
+"""(value key, instrument, unit, description, kind) of each per-device value."""
+
+
 @dataclass(frozen=True)
 class _Device:
     attrs: dict[str, str]
@@ -94,11 +106,13 @@ class DeviceMetrics:
 
     def __init__(self, meter: Meter) -> None:
         self._devices: dict[str, _Device] = {}
-        meter.create_observable_up_down_counter(
+        observe(
+            meter,
             "hw.status",
-            [self._observe_status],
+            self._status,
             unit="1",
             description="Operational status of the NPU: 1 for its hw_state, 0 for the others",
+            kind=Kind.UP_DOWN,
         )
         self.errors = meter.create_counter(
             "hw.errors",
@@ -106,56 +120,26 @@ class DeviceMetrics:
             description="NPU faults: each npu-smi error code as it appears, each device fault "
             "read from the logs (error_type is the code or the rule)",
         )
-        meter.create_observable_gauge(
-            "hw.power",
-            [self._observer("power")],
-            unit="W",
-            description="Power drawn by the NPU board",
-        )
-        meter.create_observable_gauge(
-            "hw.npu.temperature",
-            [self._observer("temperature")],
-            unit="Cel",
-            description="NPU chip temperature",
-        )
-        meter.create_observable_gauge(
-            "hw.npu.utilization",
-            [self._observer("utilization")],
-            unit="1",
-            description="AI Core busy, 0..1",
-        )
-        # additive (a host's HBM is the sum of its cards'): up-down counters, as the
-        # conventions' hw.gpu.memory.usage and .limit
-        meter.create_observable_up_down_counter(
-            "hw.npu.memory.usage",
-            [self._observer("memory.usage")],
-            unit="By",
-            description="NPU HBM in use",
-        )
-        meter.create_observable_up_down_counter(
-            "hw.npu.memory.limit",
-            [self._observer("memory.limit")],
-            unit="By",
-            description="NPU HBM size",
-        )
+        for key, name, unit, description, kind in _VALUES:
+            observe(meter, name, self._values(key), unit=unit, description=description, kind=kind)
 
-    # -- callbacks -----------------------------------------------------------------------------
+    # -- what the metric reader reads (the last snapshot of every device) ----------------------
 
     def _snapshot(self) -> list[_Device]:
         return list(self._devices.values())
 
-    def _observe_status(self, options: CallbackOptions) -> Iterable[Observation]:
-        for dev in self._snapshot():
-            for state in HW_STATES:
-                yield Observation(1 if dev.state == state else 0, {**dev.attrs, "hw.state": state})
+    def _status(self) -> list[Point]:
+        return [
+            (1 if dev.state == state else 0, {**dev.attrs, "hw.state": state})
+            for dev in self._snapshot()
+            for state in HW_STATES
+        ]
 
-    def _observer(self, key: str) -> Callable[[CallbackOptions], Iterable[Observation]]:
-        def observe(options: CallbackOptions) -> Iterable[Observation]:
-            for dev in self._snapshot():
-                if key in dev.values:
-                    yield Observation(dev.values[key], dev.attrs)
+    def _values(self, key: str) -> Read:
+        def read() -> list[Point]:
+            return [(d.values[key], d.attrs) for d in self._snapshot() if key in d.values]
 
-        return observe
+        return read
 
     # -- feeds ---------------------------------------------------------------------------------
 
