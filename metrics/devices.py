@@ -92,6 +92,22 @@ _VALUES: tuple[tuple[str, str, str, str, Kind], ...] = (
 )
 """(value key, instrument, unit, description, kind) of each per-device value."""
 
+_ECC: tuple[tuple[str, str, str], ...] = (
+    ("hw.npu.hbm.ecc.errors", "{error}", "HBM ECC errors since the counters were cleared "
+     "(npu-smi info -t ecc; ecc_type double_bit: uncorrectable)"),
+    ("hw.npu.hbm.ecc.errors.aggregate", "{error}", "HBM ECC errors over the card's life"),
+    ("hw.npu.hbm.ecc.isolated_pages", "{page}", "HBM pages isolated for ECC errors"),
+)  # fmt: skip
+"""(instrument, unit, description) of the ECC counters, each with ``ecc_type`` single_bit and
+double_bit: NPU Exporter's six ``npu_chip_info_hbm_ecc_*`` gauges (mind-cluster
+``component/npu-exporter/collector/metrics/collector_for_hbm.go``) under the hardware names."""
+_ECC_KEYS = {
+    "hw.npu.hbm.ecc.errors": "hbm_ecc_{}_errors",
+    "hw.npu.hbm.ecc.errors.aggregate": "hbm_ecc_{}_total",
+    "hw.npu.hbm.ecc.isolated_pages": "hbm_ecc_{}_isolated_pages",
+}
+_ECC_TYPES = ("single_bit", "double_bit")
+
 
 @dataclass(frozen=True)
 class _Device:
@@ -122,6 +138,8 @@ class DeviceMetrics:
         )
         for key, name, unit, description, kind in _VALUES:
             observe(meter, name, self._values(key), unit=unit, description=description, kind=kind)
+        for name, unit, description in _ECC:
+            observe(meter, name, self._ecc(name), unit=unit, description=description)
 
     # -- what the metric reader reads (the last snapshot of every device) ----------------------
 
@@ -141,6 +159,17 @@ class DeviceMetrics:
 
         return read
 
+    def _ecc(self, name: str) -> Read:
+        def read() -> list[Point]:
+            return [
+                (d.values[key], {**d.attrs, "ecc_type": kind})
+                for d in self._snapshot()
+                for kind in _ECC_TYPES
+                if (key := f"{name}/{kind}") in d.values
+            ]
+
+        return read
+
     # -- feeds ---------------------------------------------------------------------------------
 
     def sample(self, subject: str, data: dict[str, Any]) -> None:
@@ -156,11 +185,20 @@ class DeviceMetrics:
         ):
             if (v := _num(data.get(key))) is not None:
                 values[name] = v * scale
+        for name, pattern in _ECC_KEYS.items():
+            for kind in _ECC_TYPES:
+                if (v := _num(data.get(pattern.format(kind)))) is not None:
+                    values[f"{name}/{kind}"] = v
         health = str(data.get("health") or "")
         codes = fault_codes(data.get("health_error_code")) if health != "OK" else frozenset()
         before = self._devices.get(subject)
         for code in sorted(codes - (before.codes if before else frozenset())):
             self.errors.add(1, {**attrs, "error.type": code})
+        # each new uncorrectable ECC error is one of the device's errors
+        key = "hw.npu.hbm.ecc.errors.aggregate/double_bit"
+        if before is not None and key in values and key in before.values:
+            if (rise := values[key] - before.values[key]) > 0:
+                self.errors.add(int(rise), {**attrs, "error.type": "hbm_ecc_double_bit"})
         self._devices[subject] = _Device(attrs, values, HEALTH_TO_STATE.get(health), codes)
 
     def finding(self, finding: Finding) -> None:
