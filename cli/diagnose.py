@@ -8,6 +8,7 @@ timeline.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import sys
@@ -35,7 +36,7 @@ from ascend_doctor.collectors.logs import read_chunks, source_kind
 from ascend_doctor.collectors.npu_smi_ecc import ECC_HEAD
 from ascend_doctor.collectors.npu_smi_format import parse_info, samples_from_info
 from ascend_doctor.core.errors import CollectorError
-from ascend_doctor.core.events import Category, Finding
+from ascend_doctor.core.events import Category, Finding, LogLine
 from ascend_doctor.rules import Engine, RuleSet
 from ascend_doctor.rules.ranking import Ranked, rank_causes
 
@@ -176,13 +177,13 @@ def diagnose(
                     continue
                 kind = source_kind(label.rsplit(":", 1)[-1] if ".tar" in label else label)
                 if NPU_SMI_HEAD.search(head):  # a saved `npu-smi info`: its table, not lines
-                    _npu_smi(head + f.read(), index, engine, result)
+                    _npu_smi(head + f.read(), index, engine, result, label)
                     result.files_read += 1
                     continue
                 if ECC_HEAD.search(head):  # a saved `npu-smi info -t ecc`: its counters
                     data = head + f.read()
-                    for finding in engine.evaluate(ecc_samples(data.decode(errors="replace"))):
-                        result.hits.append(_Hit(finding, (index, 0), None))
+                    found = engine.evaluate(ecc_samples(data.decode(errors="replace")))
+                    _sampled(result, found, index, label)
                     result.lines_read += data.count(b"\n")
                     result.files_read += 1
                     continue
@@ -227,9 +228,17 @@ def _scan(
 
 def _stored_samples(result: Diagnosis, samples: Samples, engine: Engine, index: int) -> None:
     """The sample rules over a store's last npu-smi samples; the devices worth a look."""
-    for finding in sample_findings(samples, engine):
-        result.hits.append(_Hit(finding, (index, 0), None))
+    _sampled(result, sample_findings(samples, engine), index, "npu-smi sample in the store")
     result.samples += listed(samples)
+
+
+def _sampled(result: Diagnosis, findings: list[Finding], index: int, source: str) -> None:
+    """Findings of samples, the worst of a device first; each is its own evidence line (a
+    sample has no line to quote), named by where the sample came from."""
+    for f in sorted(findings, key=lambda f: (f.subject, -f.severity)):
+        line = LogLine(source, 0, f.summary)
+        found = dataclasses.replace(f, path=source, evidence=(line,))
+        result.hits.append(_Hit(found, (index, 0), None))
 
 
 def _add(result: Diagnosis, findings: list[Finding], index: int) -> None:
@@ -242,15 +251,14 @@ NPU_SMI_HEAD = re.compile(rb"^\| npu-smi \S+\s+Version:", re.M)
 """The first line of the table ``npu-smi info`` prints."""
 
 
-def _npu_smi(data: bytes, index: int, engine: Engine, result: Diagnosis) -> None:
+def _npu_smi(data: bytes, index: int, engine: Engine, result: Diagnosis, label: str) -> None:
     """The sample rules over an ``npu-smi info`` snapshot (a card whose Health is not OK)."""
     try:
         samples = samples_from_info(parse_info(data.decode(errors="replace")), 0.0)
     except CollectorError as exc:
         result.unreadable.append({"path": f"npu-smi snapshot {index}", "error": str(exc)})
         return
-    for finding in engine.evaluate(samples):
-        result.hits.append(_Hit(finding, (index, 0), None))
+    _sampled(result, engine.evaluate(samples), index, label)
     result.lines_read += data.count(b"\n")
 
 
@@ -329,8 +337,20 @@ def report(result: Diagnosis, rules: RuleSet) -> dict[str, Any]:
         )
         key = (f.category.value, f.subject)
         entry = causes.get(key) or causes.setdefault(key, _cause(f, steps))
+        # another rule's finding of the same cause (a card's Health and its ECC counters):
+        # its first line is evidence too
+        rules_in = entry.setdefault("_rules", {entry["rule"]})
+        for i in group:
+            other = i.finding
+            if (other.category, other.subject) == (f.category, f.subject) and (
+                other.rule not in rules_in
+            ):
+                rules_in.add(other.rule)
+                entry["evidence"] += _cause(other, steps)["evidence"][:1]
         entry["count"] += len(group)
         named.update(id(i.finding) for i in group)
+    for entry in causes.values():
+        entry.pop("_rules", None)
     causes = _device_leads(causes)
     unknown = [h.finding for h in hits if h.finding.category == Category.UNRECOGNISED]
     for f in unknown:
@@ -383,6 +403,7 @@ def report(result: Diagnosis, rules: RuleSet) -> dict[str, Any]:
         ],
         "evidence": result.evidence,
         "stored_samples": result.samples,
+        "store_read": result.store_read,
     }
 
 

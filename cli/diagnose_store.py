@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import tarfile
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -188,13 +187,24 @@ def describe(sample: dict[str, Any]) -> str:
     if sample.get("health") not in (None, "OK"):
         code = sample.get("health_error_code")
         parts.append(f"health {sample['health']}" + (f" ({code})" if code else ""))
-    errors: Iterable[tuple[str, str]] = (
-        ("hbm_ecc_double_bit_errors", "uncorrectable ECC errors"),
-        ("hbm_ecc_double_bit_total", "in the card's life"),
-        ("hbm_ecc_double_bit_isolated_pages", "pages isolated"),
+    from ascend_doctor.cli.views import plural
+
+    current, total, pages = (
+        sample.get(k)
+        for k in (
+            "hbm_ecc_double_bit_errors",
+            "hbm_ecc_double_bit_total",
+            "hbm_ecc_double_bit_isolated_pages",
+        )
     )
-    ecc = [f"{sample[k]} {what}" for k, what in errors if isinstance(sample.get(k), int)]
-    if any(isinstance(sample.get(k), int) and sample[k] > 0 for k, _ in errors):
+    if any(isinstance(v, int) and v > 0 for v in (current, total)):
+        ecc = []
+        if isinstance(current, int):
+            ecc.append(plural(current, "uncorrectable ECC error"))
+        if isinstance(total, int):
+            ecc.append(f"{total} in the card's life")
+        if isinstance(pages, int):
+            ecc.append(plural(pages, "page") + " isolated")
         parts.append(", ".join(ecc))
     return "; ".join(parts)
 

@@ -120,7 +120,8 @@ def test_ecc_counters_are_gauges_and_each_new_uncorrectable_one_an_error(
     m, reader = metrics
     ecc = {"hbm_ecc_single_bit_errors": 4, "hbm_ecc_double_bit_errors": 0,
            "hbm_ecc_single_bit_total": 9, "hbm_ecc_double_bit_total": 1,
-           "hbm_ecc_single_bit_isolated_pages": 0, "hbm_ecc_double_bit_isolated_pages": 1}  # fmt: skip
+           "hbm_ecc_single_bit_isolated_pages": 0,
+           "hbm_ecc_double_bit_isolated_pages": 1}  # fmt: skip
     m.sample("npu_smi", "npu2", {**NPU, "health": "OK", **ecc})
     m.sample("npu_smi", "npu2", {**NPU, "health": "OK", **ecc, "hbm_ecc_double_bit_total": 3})
     p = points(reader)
