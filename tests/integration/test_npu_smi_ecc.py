@@ -97,12 +97,18 @@ async def test_the_daemon_stores_the_counters_and_the_finding(tmp_path: Path) ->
     try:
 
         def seen() -> bool:
-            return any(f.finding.rule == "npu-smi-hbm-ecc-rise" for f in store.findings())
+            rules = {f.finding.rule for f in store.findings()}
+            return {"npu-smi-hbm-ecc-rise", "npu-smi-health-not-ok"} <= rules
 
-        await wait_for(seen, what="the rise's finding", timeout=30)
+        await wait_for(seen, what="the rise's and the health's findings", timeout=30)
         latest = store.latest_samples("npu_smi")
+        rules = {f.finding.rule for f in store.findings() if f.finding.subject == "npu1"}
+        incidents = [i for i in store.incidents() if i.subject == "npu1"]
     finally:
         store.close()
         daemon.shutdown()
     assert await asyncio.wait_for(run, 10) == 0
     assert latest["npu1"]["hbm_ecc_double_bit_total"] >= 1
+    # the card's Health (Critical) and its counters say the same: one incident of the device
+    assert rules == {"npu-smi-hbm-ecc-rise", "npu-smi-health-not-ok"}
+    assert len(incidents) == 1 and incidents[0].category.value == "device_fault"
