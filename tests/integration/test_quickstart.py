@@ -24,7 +24,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ascend_doctor.cli.demo import free_port
+from ascend_doctor.cli.demo import TOUR, free_port
 from tests.conftest import poll
 
 pytestmark = pytest.mark.integration
@@ -92,6 +92,7 @@ def test_steps_1_and_2_install_and_watch_the_demo(tmp_path: Path) -> None:
     said = text[text.index("names the ") : text.index("Each prints a timeline")]
     named = [n for n in re.findall(r"`([a-z-]+)`", said) if n in listed]
     assert sorted(named) == sorted(listed), "the doc names every scenario of the tour"
+    assert named == list(TOUR), "in the order the demo runs them"
 
     log = tmp_path / "demo.out"
     with open(log, "wb") as sink:
