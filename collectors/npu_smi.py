@@ -138,11 +138,14 @@ async def run_npu_smi(
         await asyncio.wait([capture.finished], timeout=_KILL_GRACE)
     finally:
         # Also runs when the caller cancels us: never leave the group or the pipes behind,
-        # and reap the leader (bounded: a process stuck in the driver ignores SIGKILL).
-        if not capture.exited.done():
-            _kill_group(pid)
-            await asyncio.wait([capture.exited], timeout=_KILL_GRACE)
-        transport.close()
+        # and reap the leader (bounded: a process stuck in the driver ignores SIGKILL). A
+        # second cancellation (a shutdown) may end the wait: the transport is closed anyway.
+        try:
+            if not capture.exited.done():
+                _kill_group(pid)
+                await asyncio.wait([capture.exited], timeout=_KILL_GRACE)
+        finally:
+            transport.close()
 
     return NpuSmiResult(
         argv=argv,

@@ -17,6 +17,9 @@ Two findings, one per rule id:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from ascend_doctor.core.events import Category, Finding, PlannedAction, Role, Sample, Severity
 
 RISE = "npu-smi-hbm-ecc-rise"
@@ -44,10 +47,17 @@ def _int(value: object) -> int | None:
 
 
 class EccWatch:
-    """Remembers each device's last lifetime count of uncorrectable errors."""
+    """Remembers each device's last lifetime count of uncorrectable errors; ``seen`` are the
+    last samples a doctor before this one stored, so a restarted doctor does not report the
+    same old errors again (only a rise since)."""
 
-    def __init__(self) -> None:
+    def __init__(self, seen: Mapping[str, Mapping[str, Any]] | None = None) -> None:
         self._total: dict[str, int] = {}
+        for subject, values in (seen or {}).items():
+            total = _int(values.get(_TOTAL))
+            current = _int(values.get(_CURRENT))
+            if total is not None or current is not None:
+                self._total[subject] = max(total or 0, current or 0)
 
     def evaluate(self, sample: Sample) -> Finding | None:
         """A finding when ``sample`` shows new uncorrectable errors (see the module)."""

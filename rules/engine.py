@@ -10,7 +10,7 @@ import operator
 import re
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ascend_doctor.core.events import (
@@ -106,6 +106,7 @@ class Engine:
         matcher: str = "auto",
         catalogues: Catalogues | None = None,
         unrecognised: bool = True,
+        npu_smi_seen: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         self.rules = rules
         self.context_before = context_before
@@ -128,7 +129,7 @@ class Engine:
         self.templates: Templates | None = Templates() if unrecognised else None
         """Mines the templates of unrecognised errors, learning in scan order (None: off)."""
         self._firing: set[tuple[str, str]] = set()
-        self._ecc = EccWatch()
+        self._ecc = EccWatch(npu_smi_seen)
         self._since: dict[tuple[str, str], float] = {}
         self.lines_scanned = 0
         self.matches = 0

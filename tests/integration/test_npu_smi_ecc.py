@@ -112,3 +112,17 @@ async def test_the_daemon_stores_the_counters_and_the_finding(tmp_path: Path) ->
     # the card's Health (Critical) and its counters say the same: one incident of the device
     assert rules == {"npu-smi-hbm-ecc-rise", "npu-smi-health-not-ok"}
     assert len(incidents) == 1 and incidents[0].category.value == "device_fault"
+
+    # a doctor started again on the same state dir knows the count its store kept
+    daemon = Daemon(config, tmp_path / "state", None, load_rules(), base_env=dict(os.environ))
+    run = asyncio.create_task(daemon.run())
+    reads = len(ecc_calls(host))
+    await wait_for(lambda: len(ecc_calls(host)) >= reads + 16, what="two ECC reads", timeout=30)
+    daemon.shutdown()
+    assert await asyncio.wait_for(run, 10) == 0
+    store = Store.in_dir(tmp_path / "state", readonly=True)
+    try:
+        ecc = [f.finding.rule for f in store.findings() if "ecc" in f.finding.rule]
+    finally:
+        store.close()
+    assert ecc == ["npu-smi-hbm-ecc-rise"]  # the first doctor's, and no report of the same

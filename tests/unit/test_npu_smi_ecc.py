@@ -90,3 +90,12 @@ def test_old_errors_are_reported_once_without_steps() -> None:
     assert old.category.value == "device_fault" and old.severity.label == "warning"
     assert watch.evaluate(sample("npu3", 0, 1)) is None
     assert watch.evaluate(Sample("vllm", "server", 1.0, {"hbm_ecc_double_bit_total": 5})) is None
+
+
+def test_a_restarted_doctor_knows_the_counts_its_store_kept() -> None:
+    watch = EccWatch({"npu3": {"hbm_ecc_double_bit_total": 1}, "npu4": {"health": "OK"}})
+    assert watch.evaluate(sample("npu3", 0, 1)) is None  # the same old error: nothing new
+    rise = watch.evaluate(sample("npu3", 1, 2))
+    assert rise is not None and rise.rule == RISE
+    old = watch.evaluate(sample("npu4", 0, 1))  # never seen with counters: reported once
+    assert old is not None and old.rule == RECORDED
