@@ -11,6 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from ascend_doctor.collectors.vllm import VllmCollector
+from ascend_doctor.rules import Engine, load_rules
 
 pytestmark = pytest.mark.integration
 
@@ -84,6 +85,30 @@ async def test_a_growing_api_server_gets_a_time_to_full(server: tuple[Server, st
     assert last["api_rss_growth_mb_per_h"] == pytest.approx(5 * 360, rel=0.01)  # 1800 MB/h
     # 10 GB free at 0.5 MiB/s
     assert last["api_rss_oom_eta_s"] == pytest.approx(10_000 * MIB / (0.5 * MIB), rel=0.01)
+
+
+async def test_the_shipped_pack_plans_a_quiet_restart_before_the_host_is_full(
+    server: tuple[Server, str],
+) -> None:
+    state, url = server
+    now = [1000.0]
+    free = [10_000 * MIB]
+    collector = VllmCollector(
+        url, trend_window=60.0, host_available=lambda: free[0], clock=lambda: now[0]
+    )
+    engine = Engine(load_rules())
+    found = []
+    for _ in range(4):
+        (sample,) = await collector.collect()
+        found += engine.evaluate([sample])
+        state.rss += 5 * MIB
+        now[0] += 10.0
+    assert found == []  # 10 GB at 1.8 GB/h: more than five hours left
+    free[0] = 1_000 * MIB  # about half an hour left at that rate
+    (sample,) = await collector.collect()
+    (finding,) = engine.evaluate([sample])
+    assert finding.rule == "api-server-rss-creep"
+    assert finding.category == "memory_creep"
 
 
 async def test_a_new_api_server_starts_the_trend_over(server: tuple[Server, str]) -> None:
