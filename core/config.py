@@ -70,13 +70,11 @@ class LogsConfig:
     context_after: int = 3
     """Lines of context kept after a matched line."""
     kernel: bool = True
-    """Read the kernel's messages (OOM killer, segfaults, the NPU driver) from a cursor kept in
-    the store (``kernel_source``); lines about a process not the server's are dropped."""
+    """Read the kernel's messages (OOM kills, segfaults, the NPU driver) about the server."""
     kernel_path: str = "/dev/kmsg"
     """The kernel's record stream."""
     kernel_source: str = "auto"
-    """First kernel source tried: ``journal``, ``kmsg``, ``files``, each giving way to the next;
-    ``auto``: the journal where journald keeps one, else ``kmsg``."""
+    """First source tried (journal, kmsg, files, in order); auto: the journal if journald runs."""
     journalctl: str = "journalctl"
     """The journalctl binary (on the doctor's PATH when not absolute)."""
 
