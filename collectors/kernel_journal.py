@@ -78,6 +78,9 @@ def probe(journalctl: str) -> str | None:
 class JournalLog:
     """Follows the kernel's journal entries after the cursor; ``commit()`` saves the cursor."""
 
+    lags = True
+    """journald reads the kernel's line, then journalctl hands it on: a moment later."""
+
     def __init__(
         self,
         load: Callable[[], Any],

@@ -68,6 +68,9 @@ def fallback_sources(files: Iterable[str] = FALLBACK_FILES) -> list[Source]:
 class KernelLog:
     """Reads kernel records newer than the cursor; ``commit()`` saves the cursor."""
 
+    lags = False
+    """A record is readable the moment the kernel printed it."""
+
     def __init__(
         self,
         load: Callable[[], Any],

@@ -35,6 +35,9 @@ ORDER = ("journal", "kmsg", "files")
 class KernelStream(Protocol):
     """A stream of the kernel's lines with a cursor (the journal's or /dev/kmsg's)."""
 
+    lags: bool
+    """Whether a line reaches it a moment after the kernel printed it (the journal does)."""
+
     def open(self) -> bool:
         """Start reading after the cursor; False (one warning) when it cannot."""
         ...
