@@ -136,6 +136,11 @@ def watch(
         config = dataclasses.replace(
             config, logs=dataclasses.replace(config.logs, paths=(*config.logs.paths, *logs))
         )
+    if config.servers and (command or attach):
+        where = "a command after --" if command else "--attach"
+        raise click.UsageError(
+            f"the config has [[servers]]: the doctor runs those; give no {where} as well"
+        )
     if command and shutil.which(command[0]) is None:
         raise click.ClickException(f"command not found: {command[0]}")
     setup_logging(verbose)
@@ -159,11 +164,16 @@ def run_watch(config: Config, state_dir: Path, spec: Any, *, attach: Any = None)
     import asyncio
 
     from ascend_doctor.agent.daemon import Daemon
+    from ascend_doctor.agent.fleet_run import Fleet
     from ascend_doctor.rules import load_rules
 
+    daemon: Daemon | Fleet
     try:
         rules = load_rules([Path(d) for d in config.rules.dirs])
-        daemon = Daemon(config, state_dir, spec, rules, attach=attach)
+        if config.servers:
+            daemon = Fleet(config, state_dir, rules)
+        else:
+            daemon = Daemon(config, state_dir, spec, rules, attach=attach)
     except DoctorError as exc:
         raise click.ClickException(str(exc)) from None
 
@@ -175,8 +185,10 @@ def run_watch(config: Config, state_dir: Path, spec: Any, *, attach: Any = None)
 
     click.echo(f"ascend-doctor: state dir {state_dir}", err=True)
     status = asyncio.run(go())
-    if daemon.supervisor is not None and daemon.supervisor.fatal_reason:
-        click.echo(f"ascend-doctor: server gave up: {daemon.supervisor.fatal_reason}", err=True)
+    for d in daemon.daemons if isinstance(daemon, Fleet) else [daemon]:
+        if d.supervisor is not None and d.supervisor.fatal_reason:
+            who = f"server {d.member.name}" if d.member else "server"
+            click.echo(f"ascend-doctor: {who} gave up: {d.supervisor.fatal_reason}", err=True)
     return status
 
 

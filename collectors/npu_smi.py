@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from ascend_doctor.collectors.base import CollectorSpec
 from ascend_doctor.collectors.npu_smi_format import (
+    CHIP_RESET_ANSWERS,
     COLLECTOR,
     HEALTH_STATES,
     RESET_ANSWERS,
@@ -324,6 +325,7 @@ SPEC = CollectorSpec(
 
 
 __all__ = [
+    "CHIP_RESET_ANSWERS",
     "COLLECTOR",
     "HEALTH_STATES",
     "RESET_ANSWERS",
