@@ -478,7 +478,7 @@ def _join(d: Daemon, member: Member) -> None:
 
 def _member_changed(d: Daemon, member: Member, event: ProcessEvent) -> None:
     if member.gate is not None:
-        member.gate.changed()
+        member.gate.changed(member.name, event.state == ProcessState.RUNNING)
         if event.state == ProcessState.RUNNING:
             member.gate.started(member.name)
 

@@ -27,7 +27,7 @@ from typing import Any
 from ascend_doctor.agent.server import ServerHandle
 from ascend_doctor.agent.verify import completion_probe
 from ascend_doctor.core.errors import RemediationError
-from ascend_doctor.core.events import Finding, Outcome, Sample
+from ascend_doctor.core.events import Finding, Outcome, ProcessState, Sample
 from ascend_doctor.core.ha import HAConfig, device_number, may_stop, required_healthy, substitute
 
 log = logging.getLogger(__name__)
@@ -68,6 +68,9 @@ class Member:
     """Where its gate decisions are recorded (the incidents being fixed)."""
     drained: bool = False
     """Its drain command ran and no undrain since."""
+    serving: bool = False
+    """It answered a completion since it last started and is back in the balancer: only
+    then may another server be stopped on its account."""
     ours: Callable[[int], bool] = field(default=lambda pid: False)
     """Whether a pid is (or was) one of its server's processes."""
     peers: list[Member] = field(default_factory=list)
@@ -76,9 +79,14 @@ class Member:
     """The gate its planned stops pass."""
 
     @property
+    def running(self) -> bool:
+        """Its server is RUNNING (it may not answer yet)."""
+        return self.handle is not None and self.handle.state == ProcessState.RUNNING
+
+    @property
     def healthy(self) -> bool:
-        """Running and answering /health."""
-        return self.handle is not None and self.handle.healthy
+        """Serving: running, answering /health, and put back after its last start."""
+        return self.serving and self.handle is not None and self.handle.healthy
 
     def owns(self, finding: Finding) -> bool:
         """Whether a finding from a log root shared with other servers is about this one: a
@@ -173,8 +181,11 @@ class HAGate:
         """Other servers that must be healthy for a planned stop."""
         return required_healthy(self.ha, len(self.members))
 
-    def changed(self) -> None:
-        """A server's state changed: waiting stops look again."""
+    def changed(self, name: str = "", running: bool = True) -> None:
+        """A server's state changed (``name`` left RUNNING: it serves no more until it
+        answers again): waiting stops look again."""
+        if name and not running:
+            self.members[name].serving = False
         if self._changed is not None:
             self._changed.set()
 
@@ -207,19 +218,20 @@ class HAGate:
             self.changed()
             raise
 
-    async def after_start(self, name: str, tries: int = 5) -> None:
+    async def after_start(self, name: str) -> None:
         """The server runs again: once it answers a completion, put it back in the balancer
-        and let the others stop."""
+        and let the others stop (a failed undrain leaves it out: the others wait)."""
         member = self.members[name]
-        ok, said = False, ""
-        for _ in range(tries):
+        started = self._clock()
+        while True:
             ok, said = await self._probe(member.url, 60.0)
             if ok:
                 break
+            if not member.running or self._clock() - started >= self.ha.max_wait:
+                log.warning("server %s: not put back in the balancer: %s", name, said)
+                return
             await asyncio.sleep(self._recheck)
-        if not ok:
-            log.warning("server %s: not put back in the balancer: %s", name, said)
-            return
+        good = True
         if self.ha.undrain_command:
             argv = substitute(self.ha.undrain_command, name, member.url)
             rc, out = await self._run(argv, self.ha.command_timeout)
@@ -230,9 +242,11 @@ class HAGate:
                 f"{said}; {shlex.join(argv)} " + ("succeeded" if good else f"failed: {out}"),
                 {"argv": argv, "exit": rc, "output": out},
             )
-        member.drained = False
-        self.held.discard(name)
-        self.changed()
+        if good:
+            member.drained = False
+            member.serving = True
+            self.held.discard(name)
+            self.changed()
 
     async def _drain(self, member: Member) -> None:
         if not self.ha.drain_command:

@@ -262,4 +262,8 @@ def test_a_planned_stop_of_the_healthy_instance_waits_for_the_other_to_be_health
     a_back = max(e.at for e in pair.events("a") if e.state == ProcessState.RUNNING)
     b_stop = [e.at for e in pair.events("b") if e.state == ProcessState.STOPPING]
     assert b_stop and min(b_stop) >= a_back, (a_back, b_stop)
+    # and only once a was back in nginx: never both out of it
+    a_inc = pair.incident("a", "device_fault", "resolved")
+    a_undrain = [a.at for a in pair.actions("a", a_inc.id) if a.name == "undrain"]
+    assert a_undrain and a_undrain[0] <= drain.at, (a_undrain, drain.at)
     assert "down" not in lb.servers_file.read_text()
