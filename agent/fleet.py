@@ -94,10 +94,10 @@ class Member:
         card, is not. A file that names neither (the server's own log) is, and so is one no
         server claims: a duplicate is better than a lost fault."""
         pid, device = log_owner(finding.path)
-        if pid is not None:
-            if self.ours(pid):
-                return True
-            return not any(p.ours(pid) for p in self.peers)
+        if pid is not None and self.ours(pid):
+            return True
+        if pid is not None and any(p.ours(pid) for p in self.peers):
+            return False
         if device is not None and device not in self.devices:
             return not any(device in p.devices for p in self.peers)
         return True
@@ -207,6 +207,7 @@ class HAGate:
                 raise StopRefused(why)
             await self._wait_change()
         self.held.add(name)  # from here the others count it as down
+        was, member.serving = member.serving, False
         params = {"healthy": list(verdict.healthy), "required": self.required}
         if waited:
             params["waited_s"] = round(self._clock() - started, 1)
@@ -215,6 +216,7 @@ class HAGate:
             await self._drain(member)
         except StopRefused:
             self.held.discard(name)
+            member.serving = was  # not stopped: as it was
             self.changed()
             raise
 
