@@ -126,6 +126,7 @@ class Daemon:
             log_path=self.log_path if spec is not None else None,
             lines_read=lambda: self.logs.tailer.stats.lines,
             npu_smi=self._npu_smi_binary() if config.collectors.npu_smi.enabled else None,
+            server_name=member.name if member else "",
         )
         self.store.listeners.append(self.telemetry)
         self.server = ServerHandle(self._process(), self.effective_spec, self._server_env())

@@ -18,6 +18,8 @@ from ascend_doctor.cli.common import (
     config_option,
     open_store,
     resolve_state_dir,
+    server_dirs,
+    server_option,
     setup_logging,
     state_dir_option,
     usable_state_dir,
@@ -238,25 +240,38 @@ def demo(
 
 @main.group(cls=LazyGroup, invoke_without_command=True)
 @state_dir_option
+@server_option
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per incident per line.")
 @click.option("--utc", is_flag=True, help="Times in UTC instead of local time.")
 @click.pass_context
-def incidents(ctx: click.Context, state_dir: Path | None, as_json: bool, utc: bool) -> None:
+def incidents(
+    ctx: click.Context, state_dir: Path | None, server: str | None, as_json: bool, utc: bool
+) -> None:
     """List incidents with their remediation decisions (or: incidents show ID, incidents ack ID).
 
-    --state-dir and --utc given here apply to the subcommand too.
+    --state-dir, --server and --utc given here apply to the subcommand too.
     """
+    dirs = server_dirs(state_dir, server)
     if ctx.invoked_subcommand is not None:
         if as_json:
             raise click.UsageError(
                 f"--json lists incidents; it does not go with {ctx.invoked_subcommand}"
             )
+        if len(dirs) > 1:
+            raise click.UsageError(
+                f"this doctor runs several servers ({', '.join(n for n, _ in dirs)}): "
+                f"give --server NAME before {ctx.invoked_subcommand}"
+            )
+        ctx.params["state_dir"] = dirs[0][1]  # the subcommand reads that server's store
         return
     from ascend_doctor.cli.views import incident_dicts, when
 
-    store = open_store(state_dir)
-    rows = incident_dicts(store)
-    store.close()
+    rows: list[dict[str, Any]] = []
+    for name, d in dirs:
+        ctx.params["state_dir"] = d
+        store = open_store(d)
+        rows += [{"server": name, **r} if name else r for r in incident_dicts(store)]
+        store.close()
     if as_json:
         for row in rows:
             click.echo(json.dumps(row, sort_keys=False))
@@ -265,8 +280,9 @@ def incidents(ctx: click.Context, state_dir: Path | None, as_json: bool, utc: bo
         click.echo("no incidents")
     for row in rows:
         mark = " ACKED" if row["acknowledged"] else ""
+        who = f"[{row['server']}] " if "server" in row else ""
         click.echo(
-            f"#{row['id']} {row['state']:10}{mark} {row['severity']:8} {row['category']:22}"
+            f"{who}#{row['id']} {row['state']:10}{mark} {row['severity']:8} {row['category']:22}"
             f" {row['subject']:7} {row['summary']}"
             + (f" (x{row['findings']})" if row["findings"] > 1 else "")
         )

@@ -263,3 +263,15 @@ def test_drain_tool_puts_the_file_back_when_nginx_refuses(tmp_path: Path) -> Non
     assert servers.read_text() == "server 127.0.0.1:1; # a\n"
     assert drain_main(["down", "a", "--servers", str(servers), "--", "true"]) == 0
     assert servers.read_text() == "server 127.0.0.1:1 down; # a\n"
+
+
+def test_each_servers_telemetry_resource_names_it(tmp_path: Path) -> None:
+    from ascend_doctor.agent.telemetry.resource import SERVER_KEY, build_resource
+    from ascend_doctor.core.store import Store
+
+    store = Store.in_dir(tmp_path)
+    try:
+        assert build_resource(store, (), "a").attributes[SERVER_KEY] == "a"
+        assert SERVER_KEY not in build_resource(store).attributes  # one server: as before
+    finally:
+        store.close()
