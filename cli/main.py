@@ -206,6 +206,11 @@ def run_watch(config: Config, state_dir: Path, spec: Any, *, attach: Any = None)
     default=None,
     help="vLLM / vLLM-Ascend release line the simulated host runs (0.11, 0.13, 0.18, 0.23).",
 )
+@click.option(
+    "--two-instances",
+    is_flag=True,
+    help="Two instances behind a real nginx (needs nginx): a card fails under one of them.",
+)
 def demo(
     scenarios: tuple[str, ...],
     list_only: bool,
@@ -214,9 +219,18 @@ def demo(
     verbose: bool,
     with_tui: bool,
     sim_version: str | None,
+    two_instances: bool,
 ) -> None:
     """Run the doctor on a simulated Ascend host through fault scenarios."""
     from ascend_doctor.cli import demo as demo_mod
+
+    if two_instances:
+        if scenarios or with_tui or sim_version:
+            raise click.UsageError("--two-instances is a tour of its own: no other options")
+        from ascend_doctor.cli.demo_pair import run_pair
+
+        config = config_from(config_path) if config_path else None
+        sys.exit(0 if run_pair(state_dir, config, verbose=verbose) else 1)
 
     if list_only:
         for name, description in demo_mod.scenario_list():

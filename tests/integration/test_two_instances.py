@@ -267,3 +267,19 @@ def test_a_planned_stop_of_the_healthy_instance_waits_for_the_other_to_be_health
     a_undrain = [a.at for a in pair.actions("a", a_inc.id) if a.name == "undrain"]
     assert a_undrain and a_undrain[0] <= drain.at, (a_undrain, drain.at)
     assert "down" not in lb.servers_file.read_text()
+
+
+def test_demo_two_instance_tour_counts_no_failed_request(tmp_path: Path) -> None:
+    if nginx_binary() is None:
+        pytest.skip("nginx is not installed (Debian: apt-get install nginx; .ci/run does)")
+    done = subprocess.run(
+        [sys.executable, "-m", "ascend_doctor", "demo", "--two-instances"]
+        + ["--state-dir", str(tmp_path / "state")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "server b: never stopped" in done.stdout
+    assert ", 0 failed" in done.stdout
+    assert (tmp_path / "state" / "servers" / "a" / "doctor.db").exists()
