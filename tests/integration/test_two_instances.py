@@ -272,9 +272,9 @@ def test_a_planned_stop_of_the_healthy_instance_waits_for_the_other_to_be_health
 def test_demo_two_instance_tour_counts_no_failed_request(tmp_path: Path) -> None:
     if nginx_binary() is None:
         pytest.skip("nginx is not installed (Debian: apt-get install nginx; .ci/run does)")
+    state = str(tmp_path / "state")
     done = subprocess.run(
-        [sys.executable, "-m", "ascend_doctor", "demo", "--two-instances"]
-        + ["--state-dir", str(tmp_path / "state")],
+        [sys.executable, "-m", "ascend_doctor", "demo", "--two-instances", "--state-dir", state],
         capture_output=True,
         text=True,
         timeout=300,
