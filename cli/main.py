@@ -265,12 +265,14 @@ def incidents(
 
     --state-dir, --server and --utc given here apply to the subcommand too.
     """
-    dirs = server_dirs(state_dir, server)
     if ctx.invoked_subcommand is not None:
         if as_json:
             raise click.UsageError(
                 f"--json lists incidents; it does not go with {ctx.invoked_subcommand}"
             )
+        if state_dir is None and server is None:
+            return  # the subcommand's own --state-dir (or the default) is read there
+        dirs = server_dirs(state_dir, server)
         if len(dirs) > 1:
             raise click.UsageError(
                 f"this doctor runs several servers ({', '.join(n for n, _ in dirs)}): "
@@ -278,6 +280,7 @@ def incidents(
             )
         ctx.params["state_dir"] = dirs[0][1]  # the subcommand reads that server's store
         return
+    dirs = server_dirs(state_dir, server)
     from ascend_doctor.cli.views import incident_dicts, when
 
     rows: list[dict[str, Any]] = []

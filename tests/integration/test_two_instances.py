@@ -267,6 +267,23 @@ def test_a_planned_stop_of_the_healthy_instance_waits_for_the_other_to_be_health
     a_undrain = [a.at for a in pair.actions("a", a_inc.id) if a.name == "undrain"]
     assert a_undrain and a_undrain[0] <= drain.at, (a_undrain, drain.at)
     assert "down" not in lb.servers_file.read_text()
+    # what an operator reads: each server, or one
+    listed = _cli("incidents", "--state-dir", str(pair.state))
+    assert "[a] #1 resolved" in listed.stdout and "[b] #1 resolved" in listed.stdout
+    assert "server b" in listed.stdout  # the hang's subject names its server
+    one = _cli("incidents", "--state-dir", str(pair.state), "--server", "b", "--json")
+    assert [json.loads(r)["category"] for r in one.stdout.splitlines()] == ["server_hang"]
+    shown = _cli("incidents", "--state-dir", str(pair.state), "--server", "b", "show", "1")
+    assert "ha_wait" in shown.stdout and shown.returncode == 0
+    status = _cli("status", "--state-dir", str(pair.state), "--json")
+    assert set(json.loads(status.stdout)["servers"]) == {"a", "b"}, status.stdout
+    assert "== server a ==" in _cli("status", "--state-dir", str(pair.state)).stdout
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ascend_doctor", *args], capture_output=True, text=True, timeout=60
+    )
 
 
 def test_demo_two_instance_tour_counts_no_failed_request(tmp_path: Path) -> None:
