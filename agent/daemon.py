@@ -457,6 +457,8 @@ def _join(d: Daemon, member: Member) -> None:
     """One of several servers: its stops pass the gate, its decisions go on the incidents
     being fixed, a stop the gate refuses escalates them."""
     member.handle = d.server
+    if isinstance(d.server.process, Supervisor):
+        d.server.process.label = f"server {member.name}"
     member.ours = lambda pid: pid in d.pid_book.pids or is_own(pid, d.server.own_pids)
 
     def decide(name: str, outcome: Outcome, reason: str, params: dict[str, Any]) -> None:
