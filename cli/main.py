@@ -194,64 +194,6 @@ def run_watch(config: Config, state_dir: Path, spec: Any, *, attach: Any = None)
     return status
 
 
-@main.command()
-@click.option("--scenario", "scenarios", multiple=True, help="Run only this scenario (repeatable).")
-@click.option("--list", "list_only", is_flag=True, help="Name the scenarios and exit.")
-@state_dir_option
-@config_option
-@click.option("-v", "--verbose", is_flag=True, help="Doctor logs on stderr instead of a file.")
-@click.option("--tui", "with_tui", is_flag=True, help="Watch it happen in the TUI.")
-@click.option(
-    "--sim-version",
-    default=None,
-    help="vLLM / vLLM-Ascend release line the simulated host runs (0.11, 0.13, 0.18, 0.23).",
-)
-@click.option(
-    "--two-instances",
-    is_flag=True,
-    help="Two instances behind a real nginx (needs nginx): a card fails under one of them.",
-)
-def demo(
-    scenarios: tuple[str, ...],
-    list_only: bool,
-    state_dir: Path | None,
-    config_path: Path | None,
-    verbose: bool,
-    with_tui: bool,
-    sim_version: str | None,
-    two_instances: bool,
-) -> None:
-    """Run the doctor on a simulated Ascend host through fault scenarios."""
-    from ascend_doctor.cli import demo as demo_mod
-
-    if two_instances:
-        if scenarios or with_tui or sim_version:
-            raise click.UsageError("--two-instances is a tour of its own: no other options")
-        from ascend_doctor.cli.demo_pair import run_pair
-
-        config = config_from(config_path) if config_path else None
-        sys.exit(0 if run_pair(state_dir, config, verbose=verbose) else 1)
-
-    if list_only:
-        for name, description in demo_mod.scenario_list():
-            click.echo(f"{name:14} {description}")
-        return
-    if with_tui:  # the demo runs as a child process; the TUI reads its state dir
-        from ascend_doctor.cli.tui import demo_with_tui
-
-        sys.exit(demo_with_tui(scenarios, state_dir))
-    config = config_from(config_path) if config_path else None
-    try:
-        ok = demo_mod.run_demo(
-            list(scenarios), state_dir, config, verbose=verbose, sim_version=sim_version
-        )
-    except DoctorError as exc:
-        raise click.ClickException(str(exc)) from None
-    except demo_mod.DemoInterrupted:
-        sys.exit(130)  # as a shell reports a command Ctrl-C stopped
-    sys.exit(0 if ok else 1)
-
-
 @main.group(cls=LazyGroup, invoke_without_command=True)
 @state_dir_option
 @server_option
@@ -497,6 +439,7 @@ def _register() -> None:
             "silence": "ascend_doctor.cli.alerts:silence_group",
             "traces": "ascend_doctor.cli.traces:traces_group",
             "tui": "ascend_doctor.cli.tui:tui",
+            "demo": "ascend_doctor.cli.demo_cmd:demo",
         }
     )
     incidents.lazy.update(
