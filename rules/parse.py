@@ -68,6 +68,29 @@ _HEADERS: tuple[tuple[str, re.Pattern[bytes]], ...] = (
         ),
     ),
     (
+        # the other common Python logging format, the logger's name before the level
+        # ("%(asctime)s - %(name)s - %(levelname)s - %(message)s": lmdeploy, MindIE's Python
+        # side, many examples): "2025-06-01 10:00:00,123 - lmdeploy - ERROR - msg"
+        "pylog_name",
+        re.compile(
+            rb"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[,.]\d+)? - "
+            rb"(?P<logger>[\w.-]{1,100}) - "
+            rb"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) - "
+        ),
+    ),
+    (
+        # a timestamp then the level: Ray's "%(asctime)s\t%(levelname)s %(filename)s:%(lineno)s
+        # -- " (ray/_private/ray_constants.py LOGGER_FORMAT), "%(asctime)s %(levelname)s ..."
+        # and "%(asctime)s - %(levelname)s - ..." without a name; the time may be bracketed,
+        # ISO with a T and a zone, and the level bracketed: "[2025-06-01 10:00:00] [ERROR] "
+        "timed",
+        re.compile(
+            rb"\[?\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[,.]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?"
+            rb"(?: - | \| |\s{1,4})\[?(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\]?"
+            rb"(?: - | \| |:? {1,8}|\t|$)(?:(?P<logger>[\w./-]{1,100}:\d+) -- )?"
+        ),
+    ),
+    (
         # glog (C++ libraries such as Mooncake's transfer engine): "E1210 03:24:54.778028
         # 2548307 file.cpp:820] ", newer glog with the year "E20260608 14:45:44.404089 ..."
         "glog",
@@ -90,12 +113,13 @@ _HEADERS: tuple[tuple[str, re.Pattern[bytes]], ...] = (
             rb"(?P<logger>[\w.:<>-]{1,120}) - "
         ),
     ),
-    # a bracketed level after up to three bracketed fields (a time, a pid, a rank):
-    # "[2025-06-01 10:00:00] [1234] [ERROR] msg", "[ERROR] msg"; Go/logfmt "level=error"
+    # a bracketed level after up to six bracketed fields (a time, a pid, a thread, a
+    # component, as MindIE writes them): "[2025-06-01 10:00:00] [1234] [ERROR] msg",
+    # "[ERROR] msg"; Go/logfmt "level=error"
     (
         "bracket",
         re.compile(
-            rb"(?:\[[^\]\n]{1,40}\] ?){0,3}"
+            rb"(?:\[[^\]\n]{1,60}\] ?){0,6}"
             rb"\[(?P<level>ERROR|WARNING|WARN|INFO|DEBUG|CRITICAL|FATAL)\] ?"
         ),
     ),
@@ -135,9 +159,38 @@ EXCEPTION = re.compile(
 )
 """A Python exception line: ``RuntimeError: ...``, ``vllm....EngineDeadError: ...``, a repr."""
 FATAL = re.compile(
-    rb"(?:terminate called after throwing|\s*what\(\): |Fatal Python error|Segmentation fault"
-    rb"|\*\*\* SIG\w+ received|panic: |thread '[^'\n]{0,80}' panicked at|fatal error: )"
+    rb"(?:terminate called|\s*what\(\): |Fatal Python error|Segmentation fault"
+    rb"|\*\*\* SIG\w+ received|panic: |thread '[^'\n]{0,80}' panicked at|fatal error: "
+    rb"|(?:[^\n]{0,120}\s)?(?:Floating point exception|Bus error|Illegal instruction|Aborted)"
+    rb"(?: \(core dumped\))?\s*$|(?:[^\n]{0,120}\s)?\d+ Killed\s|Killed\s*$"
+    rb"|\*\*\* Error in `|\*\*\* stack smashing detected|Fatal glibc error"
+    rb"|(?:double free or corruption|free\(\): invalid|malloc\(\): |munmap_chunk\(\): invalid"
+    rb"|corrupted size vs\. prev_size|corrupted double-linked list))"
 )
+"""A fatal line: the C++ runtime's terminate, CPython's fault handler, glog/absl signal
+handlers, a shell reporting a signal (``Aborted (core dumped)``, ``Floating point exception``,
+``line 3: 4242 Killed  python ...``, a lone ``Killed``), glibc's heap checks (``double free or
+corruption (out)``, ``free(): invalid pointer``, ``*** Error in `python3': ...``), Go and Rust
+panics."""
+ERROR_WORD = re.compile(
+    rb"(?:[\w./ -]{1,60}: )?(?:Error|ERROR|error|FATAL|Fatal|fatal|CRITICAL)(?: error)?: \S"
+    rb"|\[Error\]: \S"
+)
+"""A message that calls itself an error without a logging header: a CLI's ``Error: ...``,
+argparse's ``prog: error: ...``, torch_npu's ``[Error]: <text>`` after a failed ACL call."""
+FAILED_CALL = re.compile(
+    rb"[^\n]{0,400}?(?:(?:NPU|HCCL|OPS|DIST|ACL|ATB) function error: "
+    rb"|[Ee]rror ?code(?: is|:|=) ?-?[1-9]|\berrno\[-?[1-9])"
+)
+"""A native call that failed with a non-zero code (torch_npu's ``NPU function error: <call>,
+error code is N``, ``call aclnnX failed, error code is N``): an error whatever the header
+says, when no rule or catalogue knows the code."""
+JSON_ERROR = re.compile(
+    rb'\{\s?"(?:object|error)"\s?:[^\n]{0,4000}?"code"\s?:\s?"?(?P<code>[45]\d\d)\b'
+)
+"""An OpenAI-style error body as vLLM returns it and clients print it:
+``{"object":"error","message":"...","type":"InternalServerError","param":null,"code":500}``
+(and ``{"error": {...}}``). A 5xx is the server failing; a 4xx is one request refused."""
 CANN_CODE = re.compile(
     rb"(?:E[0-9A-Z]\d{4}(?::|\[PID)|\[PID: \d+\] [\d:.-]+ \w+\(E[0-9A-Z]\d{4}\):)"
 )
@@ -214,8 +267,11 @@ __all__ = [
     "CANN_CODE",
     "CONTINUATION",
     "ECHO_LOGGERS",
+    "ERROR_WORD",
     "EXCEPTION",
+    "FAILED_CALL",
     "FATAL",
+    "JSON_ERROR",
     "REQUEST_LOG",
     "TRACEBACK",
     "Parsed",

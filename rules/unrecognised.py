@@ -26,8 +26,11 @@ from ascend_doctor.rules.parse import (
     CANN_CODE,
     CONTINUATION,
     ECHO_LOGGERS,
+    ERROR_WORD,
     EXCEPTION,
+    FAILED_CALL,
     FATAL,
+    JSON_ERROR,
     REQUEST_LOG,
     TRACEBACK,
     parse,
@@ -39,7 +42,10 @@ MAX_TRACEBACK_LINES = 400
 UNIT_KEYS = (
     r"ERROR|CRITICAL|Error|Exception|Exit\b|Interrupt\b|Traceback|what\(\)|Fatal"
     r"|Segmentation fault|\*\*\* SIG|\[E(?:\d{3}| [\w./-]{1,80}:\d+\])|E[0-9A-Z]\d{4}"
-    r"|FATAL|Failed|panic|fatal error|level=\"?(?:error|fatal)"
+    r"|FATAL|Failed|panic|fatal error|level=\"?(?:error|fatal)|terminate called"
+    r"|\b[EF]\d{4}(?:\d{4})? \d\d:\d\d:\d\d\.\d|error: |error ?code|errno\["
+    r"|Killed|Aborted|Bus error|Illegal instruction|Floating point exception|stack smashing"
+    r"|double free|free\(\)|malloc\(\)|corrupted (?:size|double)"
 )
 """Words of a line that may be an error line; scanned with the rules in one pass."""
 _CANDIDATE = re.compile(UNIT_KEYS.encode())
@@ -82,6 +88,29 @@ def _candidate_starts(data: bytes) -> Iterator[int]:
             yield start
 
 
+ANY_EXCEPTION = re.compile(rb"(?:[A-Za-z_]\w{0,60}\.){0,8}[A-Za-z_]\w{0,60}(?:: \S|:?\s*$)")
+"""The line that ends a traceback names its exception, whatever the name
+(``torch._dynamo.exc.Unsupported: ...``, ``StopIteration``)."""
+
+
+def _exception_after(data: bytes, start: int) -> int:
+    """Offset of the exception line ending the traceback whose header is at ``start``, or -1
+    when the first line after its frames does not look like one (another process's output)."""
+    pos = data.find(b"\n", start) + 1
+    for _ in range(MAX_TRACEBACK_LINES):
+        if pos <= 0 or pos >= len(data):
+            return -1
+        line = _line(data, pos)
+        p = parse(line)
+        msg = line[p.message :]
+        if msg.strip() and p.level not in ("INFO", "DEBUG") and not CONTINUATION.match(msg):
+            if TRACEBACK.match(msg) or not ANY_EXCEPTION.match(msg):
+                return -1
+            return pos
+        pos = data.find(b"\n", pos) + 1
+    return -1
+
+
 PYTHON_SOURCES = ("server",)
 """Streams that carry Python output (tracebacks, exception lines); CANN logs carry only
 their own ERROR lines and error blocks."""
@@ -102,8 +131,16 @@ def error_units(
     request_at = -1
     traceback_lines = 0
     covered_to = -1
-    found = _candidate_starts(data) if candidates is None else candidates
-    for start in sorted(set(found) | forced) if forced else found:
+    found = list(_candidate_starts(data) if candidates is None else candidates)
+    # a traceback ends at its exception line even when the exception's name is no keyword
+    late = (
+        {_exception_after(data, start) for start in found if b"Traceback" in _line(data, start)}
+        - {-1}
+        if python
+        else set()
+    )
+    extra = forced | late
+    for start in sorted(set(found) | extra) if extra else found:
         if start <= covered_to:
             continue
         line = _line(data, start)
@@ -131,7 +168,7 @@ def error_units(
             traceback_lines = data.count(b"\n", traceback_at, start)
             if traceback_lines > MAX_TRACEBACK_LINES:
                 traceback_at = -1
-        is_exception = EXCEPTION.match(msg) is not None
+        is_exception = EXCEPTION.match(msg) is not None or start in late
         if is_exception and traceback_at >= 0:
             request = request_at == traceback_at and REQUEST_LOGGERS.search(p.logger) is not None
             units.append(Unit(traceback_at, start, start, True, request))
@@ -152,6 +189,15 @@ def error_units(
                 if 0 < nxt < len(data) and _WHAT.match(_line(data, nxt)):
                     last = covered_to = nxt
             units.append(Unit(start, last, start, True))
+            continue
+        body = JSON_ERROR.search(msg)
+        if body:  # an error response: a 5xx is the server failing, a 4xx one request
+            units.append(Unit(start, start, start, False, body.group("code")[:1] == b"4"))
+            continue
+        if p.level not in ("ERROR", "CRITICAL") and (
+            ERROR_WORD.match(msg) or FAILED_CALL.match(msg)
+        ):
+            units.append(Unit(start, start, start, False))
             continue
         if p.level in ("ERROR", "CRITICAL") and not CONTINUATION.match(msg):
             units.append(
