@@ -33,7 +33,7 @@ from ascend_doctor.rules.findings import (
 from ascend_doctor.rules.lines import Lines
 from ascend_doctor.rules.loader import QUIET_WINDOW, Rule, RuleSet, ThresholdRule
 from ascend_doctor.rules.matcher import make_prefilter
-from ascend_doctor.rules.parse import is_request_log
+from ascend_doctor.rules.parse import is_request_log, parse
 from ascend_doctor.rules.unrecognised import UNIT_KEYS, Templates
 
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
@@ -168,6 +168,8 @@ class Engine:
                 m = rule.regex.search(data, start, min(end, start + MAX_LINE))
                 if m is None or echo(start, end):
                     continue  # a match across lines, or a prompt quoting an error
+                if rule.levels and not _level_fits(rule.levels, data[start:end]):
+                    continue  # the phrase quoted in a line of another level (INFO, a warning)
                 if rule.quiet_after is not None and rule.quiet_after.search(
                     data, max(0, start - QUIET_WINDOW), start
                 ):
@@ -272,6 +274,11 @@ class Engine:
             remediation=rule.remediation,
             explain=rule.explain,
         )
+
+
+def _level_fits(levels: frozenset[str], line: bytes) -> bool:
+    level = parse(line).level
+    return not level or level in levels
 
 
 def _holds(rule: ThresholdRule, values: dict[str, Any]) -> bool:
