@@ -86,10 +86,10 @@ MAX_LINE = 32768
 """The confirming regex of a rule looks at most this many bytes of a line."""
 
 CODE_SOURCES = ("server", "plog", "device", "slog", "host")
-UNIT_SOURCES = ("server", "plog", "device", "slog")
-"""Streams whose unexplained error lines become ``unrecognised`` findings (the host's
-kernel log has its own reader)."""
 """Streams whose lines are searched for catalogued codes."""
+UNIT_SOURCES = ("server", "plog", "device", "slog", "host")
+"""Streams whose unexplained error lines become ``unrecognised`` findings (from the host's
+kernel log only its fault reports and drivers' ERROR lines)."""
 
 
 class Engine:

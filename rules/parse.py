@@ -19,6 +19,10 @@ import re
 from dataclasses import dataclass
 
 _OUTER = re.compile(
+    # the kernel's log as syslog/journalctl and dmesg write it: "Aug  1 08:38:31 host kernel: ",
+    # "2026-08-01T08:38:31.123456+08:00 host kernel: ", "[ 1197.584409] "
+    rb"(?:(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT[\d:.]{8,15}(?:Z|[+-]\d\d:?\d\d)?)"
+    rb" [\w.-]{1,64} kernel: )?(?:\[\s{0,8}\d{1,10}\.\d{1,9}\] )?"
     rb"(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d) (?:stdout|stderr) [FP] )?"
     rb"(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z )?"
     rb"(?:\[pod/[^\]\s]{1,200}\] )?"
@@ -174,10 +178,13 @@ corruption (out)``, ``free(): invalid pointer``, ``*** Error in `python3': ...``
 panics."""
 ERROR_WORD = re.compile(
     rb"(?:[\w./ -]{1,60}: )?(?:Error|ERROR|error|FATAL|Fatal|fatal|CRITICAL)(?: error)?: \S"
-    rb"|\[Error\]: \S"
+    rb"|\[Error\]: \S|(?:Unhandled |Uncaught |Caught |Unexpected )?(?:Error|Exception|ERROR) "
+    rb"(?:in |executing |occurred|occured|while |during |when |raised|caught)"
 )
 """A message that calls itself an error without a logging header: a CLI's ``Error: ...``,
-argparse's ``prog: error: ...``, torch_npu's ``[Error]: <text>`` after a failed ACL call."""
+argparse's ``prog: error: ...``, torch_npu's ``[Error]: <text>`` after a failed ACL call, and
+the sentences that announce one (``Error executing method 'x'``, ``Exception in thread``,
+``Unhandled exception while ...``)."""
 FAILED_CALL = re.compile(
     rb"[^\n]{0,400}?(?:(?:NPU|HCCL|OPS|DIST|ACL|ATB) function error: "
     rb"|[Ee]rror ?code(?: is|:|=) ?-?[1-9]|\berrno\[-?[1-9])"
@@ -191,6 +198,14 @@ JSON_ERROR = re.compile(
 """An OpenAI-style error body as vLLM returns it and clients print it:
 ``{"object":"error","message":"...","type":"InternalServerError","param":null,"code":500}``
 (and ``{"error": {...}}``). A 5xx is the server failing; a 4xx is one request refused."""
+HOST_FAULT = re.compile(
+    rb"[^\n]{0,200}?(?:segfault at |general protection fault|BUG: |Kernel panic|blocked for more "
+    rb"than \d+ seconds|soft lockup|hard LOCKUP|[Hh]ardware [Ee]rror|Machine check|PCIe Bus Error"
+    rb"|EXT4-fs error|I/O error|AER: Uncorrected|\[ERROR\])"
+)
+"""A kernel line that reports a failure: a fault in a process, a hung task, a lockup, a
+hardware or PCIe error (the NPU sits on PCIe), a file-system error, or a driver's own
+``[ERROR]`` line (the Ascend driver writes ``[ascend] [ERROR] [module] ...``)."""
 CANN_CODE = re.compile(
     rb"(?:E[0-9A-Z]\d{4}(?::|\[PID)|\[PID: \d+\] [\d:.-]+ \w+\(E[0-9A-Z]\d{4}\):)"
 )
@@ -271,6 +286,7 @@ __all__ = [
     "EXCEPTION",
     "FAILED_CALL",
     "FATAL",
+    "HOST_FAULT",
     "JSON_ERROR",
     "REQUEST_LOG",
     "TRACEBACK",

@@ -30,6 +30,7 @@ from ascend_doctor.rules.parse import (
     EXCEPTION,
     FAILED_CALL,
     FATAL,
+    HOST_FAULT,
     JSON_ERROR,
     REQUEST_LOG,
     TRACEBACK,
@@ -45,7 +46,9 @@ UNIT_KEYS = (
     r"|FATAL|Failed|panic|fatal error|level=\"?(?:error|fatal)|terminate called"
     r"|\b[EF]\d{4}(?:\d{4})? \d\d:\d\d:\d\d\.\d|error: |error ?code|errno\["
     r"|Killed|Aborted|Bus error|Illegal instruction|Floating point exception|stack smashing"
-    r"|double free|free\(\)|malloc\(\)|corrupted (?:size|double)"
+    r"|double free|free\(\)|malloc\(\)|corrupted (?:size|double)|segfault|general protection"
+    r"|BUG: |Kernel panic|blocked for more|lockup|LOCKUP|ardware [Ee]rror|Machine check"
+    r"|Bus Error|I/O error|EXT4-fs error|AER: Uncorrected"
 )
 """Words of a line that may be an error line; scanned with the rules in one pass."""
 _CANDIDATE = re.compile(UNIT_KEYS.encode())
@@ -148,6 +151,10 @@ def error_units(
         msg = line[p.message :]
         if REQUEST_LOG.match(msg) or (p.header == "vllm" and ECHO_LOGGERS.search(p.logger)):
             continue  # echoes of requests (prompts, outputs, the scheduler dump)
+        if source == "host":  # the kernel's log: its fault reports and drivers' ERROR lines
+            if HOST_FAULT.match(line):
+                units.append(Unit(start, start, start, False))
+            continue
         if start in forced and traceback_at < 0 and not CANN_CODE.match(msg.lstrip()):
             units.append(Unit(start, start, start, True))
             continue
@@ -168,7 +175,8 @@ def error_units(
             traceback_lines = data.count(b"\n", traceback_at, start)
             if traceback_lines > MAX_TRACEBACK_LINES:
                 traceback_at = -1
-        is_exception = EXCEPTION.match(msg) is not None or start in late
+        # an exception line may come indented (a chained exception group, a posted quote)
+        is_exception = EXCEPTION.match(msg.lstrip(b" \t|")) is not None or start in late
         if is_exception and traceback_at >= 0:
             request = request_at == traceback_at and REQUEST_LOGGERS.search(p.logger) is not None
             units.append(Unit(traceback_at, start, start, True, request))

@@ -171,3 +171,54 @@ def test_a_traceback_ending_in_an_odd_exception_is_one_unit_named_by_it() -> Non
 )
 def test_near_misses_do_not_alarm(text: str) -> None:
     assert [f for f in scan(text + "\n") if f.severity >= Severity.WARNING] == []
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Aug  1 08:38:31 localhost kernel: [ 1197.584409] [ascend] [ERROR] [devmng] "
+        "[dev_status 100] device 3 status abnormal",
+        "[ 1197.5] INFO: task python3:4242 blocked for more than 120 seconds.",
+        "[ 12.000001] pcieport 0000:00:01.0: AER: Uncorrected (Non-Fatal) error received",
+    ],
+)
+def test_kernel_fault_reports_are_unrecognised(line: str) -> None:
+    assert [f.category for f in scan(line + "\n", "host")] == [Category.UNRECOGNISED]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Aug  1 08:38:31 localhost kernel: [ 1197.5] usb 1-1: new high-speed USB device number 2",
+        "[ 5.1] ACPI Error: AE_NOT_FOUND, While resolving a named reference",
+        "[ 9.1] [ascend] [INFO] [devmng] device 3 ready",
+    ],
+)
+def test_kernel_noise_is_not(line: str) -> None:
+    assert scan(line + "\n", "host") == []
+
+
+def test_an_engine_death_does_not_explain_the_unknown_error_before_it() -> None:
+    text = (
+        HEAD.format(s=1)
+        + "Traceback (most recent call last):\n"
+        + HEAD.format(s=1)
+        + '  File "/x/y.py", line 3, in f\n'
+        + HEAD.format(s=1)
+        + "ValueError: the frobnicator is out of range\n"
+        + HEAD.format(s=1)
+        + "EngineCore encountered a fatal error.\n"
+    )
+    assert {f.category for f in scan(text)} == {Category.UNRECOGNISED, Category.ENGINE_DEAD}
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Error executing job with overrides: ['trainer.n_gpus_per_node=8']",
+        "Exception in thread Thread-3 (run):",
+        "    | RuntimeError: the frobnicator stopped",
+    ],
+)
+def test_sentences_that_announce_an_error_are_unrecognised(line: str) -> None:
+    assert [f.category for f in scan(line + "\n")] == [Category.UNRECOGNISED]
