@@ -21,8 +21,9 @@ from dataclasses import dataclass
 _OUTER = re.compile(
     # the kernel's log as syslog/journalctl and dmesg write it: "Aug  1 08:38:31 host kernel: ",
     # "2026-08-01T08:38:31.123456+08:00 host kernel: ", "[ 1197.584409] "
-    rb"(?:(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT[\d:.]{8,15}(?:Z|[+-]\d\d:?\d\d)?)"
-    rb" [\w.-]{1,64} kernel: )?(?:\[\s{0,8}\d{1,10}\.\d{1,9}\] )?"
+    rb"(?:(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d"
+    rb"|\d{4}-\d\d-\d\dT[\d:.]{8,15}(?:Z|[+-]\d\d:?\d\d)?) [\w.-]{1,64} kernel: )?"
+    rb"(?:\[\s{0,8}\d{1,10}\.\d{1,9}\] )?"
     rb"(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d) (?:stdout|stderr) [FP] )?"
     rb"(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z )?"
     rb"(?:\[pod/[^\]\s]{1,200}\] )?"
