@@ -57,6 +57,13 @@ _CANDIDATE = re.compile(UNIT_KEYS.encode())
 REQUEST_LOGGERS = re.compile(r"(?:^|/)(?:serving_\w+|serving|protocol)\.py:")
 """vLLM's OpenAI-serving modules log one request's failure at ERROR (a prompt too long, a bad
 parameter): the server is fine, so such an unexplained error is reported at info level."""
+IGNORABLE = re.compile(
+    rb"(?i:can (?:be )?(?:safely )?ignored?\b|safe to ignore"
+    rb"|(?:please|you can|you may) (?:safely )?ignore|is harmless"
+    rb"|(?:does|will) not affect (?:the )?(?:result|inference|service|serving))"
+)
+"""A lone ERROR line that says it is harmless ("... can be ignored", "safe to ignore"): some
+libraries log expected conditions at ERROR level and say so."""
 _WHAT = re.compile(rb".{0,200}?what\(\): ")
 _WARNED_CODE = re.compile(rb"Warning: E[0-9A-Z]\d{4}: ")
 
@@ -208,6 +215,8 @@ def error_units(
             units.append(Unit(start, start, start, False))
             continue
         if p.level in ("ERROR", "CRITICAL") and not CONTINUATION.match(msg):
+            if IGNORABLE.search(msg, 0, 2000):
+                continue  # an ERROR line that says itself it is harmless
             units.append(
                 Unit(start, start, start, False, REQUEST_LOGGERS.search(p.logger) is not None)
             )

@@ -222,3 +222,8 @@ def test_an_engine_death_does_not_explain_the_unknown_error_before_it() -> None:
 )
 def test_sentences_that_announce_an_error_are_unrecognised(line: str) -> None:
     assert [f.category for f in scan(line + "\n")] == [Category.UNRECOGNISED]
+
+
+def test_an_error_line_that_says_it_is_harmless_is_no_finding() -> None:
+    line = "ERROR 05-01 10:00:00 [x.py:1] Failed to read the cpu topology; this can be ignored.\n"
+    assert scan(line) == []
