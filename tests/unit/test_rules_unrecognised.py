@@ -176,8 +176,8 @@ def test_near_misses_do_not_alarm(text: str) -> None:
 @pytest.mark.parametrize(
     "line",
     [
-        "Aug  1 08:38:31 localhost kernel: [ 1197.584409] [ascend] [ERROR] [devmng] "
-        "[dev_status 100] device 3 status abnormal",
+        "Aug  1 08:38:31 localhost kernel: [ 1197.584409] [ascend] [ERROR] [hdcdrv] "
+        "[hdcdrv_session_close 300] session close failed, ret=-5",
         "[ 1197.5] INFO: task python3:4242 blocked for more than 120 seconds.",
         "[ 12.000001] pcieport 0000:00:01.0: AER: Uncorrected (Non-Fatal) error received",
     ],
