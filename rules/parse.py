@@ -120,12 +120,14 @@ _HEADERS: tuple[tuple[str, re.Pattern[bytes]], ...] = (
     ),
     # a bracketed level after up to six bracketed fields (a time, a pid, a thread, a
     # component, as MindIE writes them): "[2025-06-01 10:00:00] [1234] [ERROR] msg",
-    # "[ERROR] msg"; Go/logfmt "level=error"
+    # "[ERROR] msg"; spdlog and ATB write the level in lower case ("[2025-01-01 10:00:00.1]
+    # [error] [1234] [op.cpp:27] msg"); Go/logfmt "level=error"
     (
         "bracket",
         re.compile(
             rb"(?:\[[^\]\n]{1,60}\] ?){0,6}"
-            rb"\[(?P<level>ERROR|WARNING|WARN|INFO|DEBUG|CRITICAL|FATAL)\] ?"
+            rb"\[(?P<level>ERROR|WARNING|WARN|INFO|DEBUG|CRITICAL|FATAL"
+            rb"|error|warning|warn|info|debug|critical|fatal|trace)\] ?"
         ),
     ),
     (

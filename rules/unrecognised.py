@@ -48,7 +48,7 @@ UNIT_KEYS = (
     r"|Killed|Aborted|Bus error|Illegal instruction|Floating point exception|stack smashing"
     r"|double free|free\(\)|malloc\(\)|corrupted (?:size|double)|segfault|general protection"
     r"|BUG: |Kernel panic|blocked for more|lockup|LOCKUP|ardware [Ee]rror|Machine check"
-    r"|Bus Error|I/O error|EXT4-fs error|AER: Uncorrected"
+    r"|Bus Error|I/O error|EXT4-fs error|AER: Uncorrected|\[(?:error|fatal|critical)\]"
 )
 """Words of a line that may be an error line; scanned with the rules in one pass."""
 _CANDIDATE = re.compile(UNIT_KEYS.encode())

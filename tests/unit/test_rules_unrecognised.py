@@ -123,6 +123,7 @@ def test_engine_death_after_its_own_clean_shutdown_is_expected() -> None:
         "2025-06-01 10:00:00,123\tERROR worker.py:12 -- Unhandled error (suppress with x)",
         "[2025-01-01 10:00:00.000+08:00] [1234] [5678] [llm] [model] [ERROR] [r.py:12] : boom",
         "E1203 10:00:00.123456 12345 rdma_context.cpp:12] ibv_poll_cq returned status 12",
+        "[2025-01-01 10:00:00.123456] [error] [2486] [operation_base.cpp:276] setup failed",
         # errors that say so without a header
         "Error: the model store is not mounted",
         "mytool: error: the queue is gone",
