@@ -201,3 +201,17 @@ rules:
     )
     with pytest.raises(RuleError, match="levels"):
         load_rules([tmp_path])
+
+
+def test_every_shipped_rule_that_disrupts_a_server_requires_a_level() -> None:
+    # text alone never disrupts a healthy server: a restart or reset needs an error line
+    # (or a line without a header), not a phrase quoted at INFO (issue 15, section 1)
+    disruptive = {"restart", "reset_device"}
+    loose = [
+        r.id
+        for r in load_rules().text
+        if disruptive & {a.name for step in r.remediation for a in step}
+        and not (r.levels and r.levels <= {"WARNING", "ERROR", "CRITICAL"})
+        and r.id != "hccl-heartbeat-lost"  # HCCL prints its heartbeat status as INFO/EVENT
+    ]
+    assert loose == []
