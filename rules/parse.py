@@ -161,7 +161,7 @@ never evidence of a failure."""
 
 TRACEBACK = re.compile(rb"\s*Traceback \(most recent call last\):")
 EXCEPTION = re.compile(
-    rb"(?:[A-Za-z_][\w]{0,60}\.){0,8}[A-Z]\w{0,60}(?:Error|Exception|Exit|Interrupt|Fault|Failed)"
+    rb"(?:[A-Za-z_][\w]{0,60}\.){0,8}(?:[A-Z]\w{0,60})?(?:Error|Exception|Exit|Interrupt|Fault|Failed)"
     rb"(?:\(\w{1,60}(?:Error|Exception)\))?(?:: |:$|$|\(')"
 )
 """A Python exception line: ``RuntimeError: ...``, ``vllm....EngineDeadError: ...``, a repr."""

@@ -126,6 +126,7 @@ def test_engine_death_after_its_own_clean_shutdown_is_expected() -> None:
         "[2025-01-01 10:00:00.123456] [error] [2486] [operation_base.cpp:276] setup failed",
         # errors that say so without a header
         "Error: the model store is not mounted",
+        "Exception: the frobnicator failed",
         "mytool: error: the queue is gone",
         "[Error]: The stream is in an unknown state.",
         "InnerRun:torch_npu/csrc/framework/OpParamMaker.cpp:281 NPU function error: "
