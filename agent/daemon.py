@@ -87,6 +87,7 @@ class Daemon:
             rules,
             context_before=config.logs.context_before,
             context_after=config.logs.context_after,
+            npu_smi_seen=self.store.latest_samples("npu_smi"),  # old ECC counts are known
         )
         self.incidents = IncidentManager(self.store, config.incidents)
         self.log_path = _under(state_dir, config.server.log_file)

@@ -265,9 +265,16 @@ def incidents(ctx: click.Context, state_dir: Path | None, as_json: bool, utc: bo
 
 
 @main.command()
-@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="The report as one JSON object.")
 @click.option("--exit-code", is_flag=True, help="Exit with 1 when a failure is found.")
+@click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Also read this state dir: its store's incidents and npu-smi samples, and the logs "
+    "its doctor followed.",
+)
 @click.option(
     "--rules",
     "rule_dirs",
@@ -288,12 +295,16 @@ def diagnose(
     exit_code: bool,
     rule_dirs: tuple[Path, ...],
     jobs: int | None,
+    state_dir: Path | None,
 ) -> None:
-    """Offline root-cause analysis of log files (- for stdin), plog/slog trees or a bundle.
+    """Offline root-cause analysis of log files (- for stdin), plog/slog trees, a bundle or
+    a state dir (--state-dir).
 
     Exit status: 2 when a path named here cannot be read or is not text (the others are
     still read), 1 with --exit-code when a failure is found, else 0 (as ``rules scan``).
     """
+    if not paths and state_dir is None:
+        raise click.UsageError("give the logs, bundles or npu-smi outputs to read, or --state-dir")
     import gc
 
     from ascend_doctor.cli.diagnose import diagnose as run_diagnose
@@ -313,14 +324,21 @@ def diagnose(
 
         with Progress(transient=True) as bar:
             task = bar.add_task("scanning", total=total or None)
-            result = run_diagnose(
-                list(paths), rules, progress=lambda n: bar.advance(task, n), jobs=jobs
+            result = _run(
+                lambda: run_diagnose(
+                    list(paths),
+                    rules,
+                    progress=lambda n: bar.advance(task, n),
+                    jobs=jobs,
+                    state_dir=state_dir,
+                )
             )
     else:
-        result = run_diagnose(list(paths), rules, jobs=jobs)
+        result = _run(lambda: run_diagnose(list(paths), rules, jobs=jobs, state_dir=state_dir))
     rep = report(result, rules)
     named = {str(p) for p in paths}
-    unusable = result.files_read == 0 or any(u["path"] in named for u in rep["unreadable"])
+    read = result.files_read > 0 or result.store_read
+    unusable = not read or any(u["path"] in named for u in rep["unreadable"])
     if as_json:
         click.echo(json.dumps(rep, indent=2))
     else:
@@ -329,6 +347,15 @@ def diagnose(
         sys.exit(2)
     if exit_code and (rep["root_causes"] or rep["symptoms"]):
         sys.exit(1)
+
+
+def _run(scan: Any) -> Any:
+    """The scan; a state dir without a readable store is one line and exit 2."""
+    try:
+        return scan()
+    except DoctorError as exc:
+        click.echo(f"ascend-doctor: {exc}", err=True)
+        sys.exit(2)
 
 
 def _size(path: Path) -> int:
@@ -345,6 +372,7 @@ def _size(path: Path) -> int:
 
 
 def _print_report(rep: dict[str, Any]) -> None:
+    from ascend_doctor.cli.diagnose_store import describe
     from ascend_doctor.cli.views import plural
 
     for u in rep["unreadable"]:  # first: a report on nothing must not read as all clear
@@ -354,7 +382,7 @@ def _print_report(rep: dict[str, Any]) -> None:
         if rep["lines_read"] < 1000
         else f"read {plural(rep['files_read'], 'file')}, {rep['lines_read']:,} lines"
     )
-    if rep["files_read"] == 0:
+    if rep["files_read"] == 0 and not rep.get("store_read"):
         click.echo("nothing could be read: no diagnosis")
     elif not rep["root_causes"] and not rep["symptoms"] and not rep.get("stored_incidents"):
         click.echo("no known failure found")
@@ -379,13 +407,17 @@ def _print_report(rep: dict[str, Any]) -> None:
             f"  ({sym['rule']}, first at {e['path']}:{e['line']})"
         )
     if rep.get("stored_incidents"):
-        click.echo("\nINCIDENTS THE DOCTOR RECORDED (from the bundle's store)")
+        click.echo("\nINCIDENTS THE DOCTOR RECORDED (from its store)")
     for inc in rep.get("stored_incidents", []):
         seen = "" if inc["in_logs"] else "  (no root cause above: seen in samples or metrics)"
         click.echo(
             f"  #{inc['id']} {inc['state']} [{inc['category']}] {inc['subject']}:"
             f" {inc['summary']}{seen}"
         )
+    if rep.get("stored_samples"):
+        click.echo("\nDEVICES AS NPU-SMI LAST SHOWED THEM (from the doctor's samples)")
+    for sample in rep.get("stored_samples", []):
+        click.echo(f"  {sample['subject']}: {describe(sample)}")
     if rep["timeline"]:
         click.echo("\nTIMELINE")
     for t in rep["timeline"][:200]:

@@ -91,6 +91,8 @@ class NpuSmiConfig:
     """Seconds before a hung npu-smi is killed."""
     usages: bool = False
     """Also run ``npu-smi info -t usages -i N`` per device (vector core, bandwidth rates)."""
+    ecc_interval: float = 60.0
+    """Seconds between reads of each card's ECC counters (``npu-smi info -t ecc``); 0: never."""
     trend_window: float = 3600.0
     """Seconds of HBM samples the memory-creep trend fits (``hbm_oom_eta_s``); an estimate
     comes once the samples span half of it."""
