@@ -18,6 +18,8 @@ from ascend_doctor.cli.common import (
     config_option,
     open_store,
     resolve_state_dir,
+    server_dirs,
+    server_option,
     setup_logging,
     state_dir_option,
     usable_state_dir,
@@ -136,6 +138,11 @@ def watch(
         config = dataclasses.replace(
             config, logs=dataclasses.replace(config.logs, paths=(*config.logs.paths, *logs))
         )
+    if config.servers and (command or attach):
+        where = "a command after --" if command else "--attach"
+        raise click.UsageError(
+            f"the config has [[servers]]: the doctor runs those; give no {where} as well"
+        )
     if command and shutil.which(command[0]) is None:
         raise click.ClickException(f"command not found: {command[0]}")
     setup_logging(verbose)
@@ -162,11 +169,16 @@ def run_watch(config: Config, state_dir: Path, spec: Any, *, attach: Any = None)
     import asyncio
 
     from ascend_doctor.agent.daemon import Daemon
+    from ascend_doctor.agent.fleet_run import Fleet
     from ascend_doctor.rules import load_rules
 
+    daemon: Daemon | Fleet
     try:
         rules = load_rules([Path(d) for d in config.rules.dirs])
-        daemon = Daemon(config, state_dir, spec, rules, attach=attach)
+        if config.servers:
+            daemon = Fleet(config, state_dir, rules)
+        else:
+            daemon = Daemon(config, state_dir, spec, rules, attach=attach)
     except DoctorError as exc:
         raise click.ClickException(str(exc)) from None
 
@@ -178,76 +190,50 @@ def run_watch(config: Config, state_dir: Path, spec: Any, *, attach: Any = None)
 
     click.echo(f"ascend-doctor: state dir {state_dir}", err=True)
     status = asyncio.run(go())
-    if daemon.supervisor is not None and daemon.supervisor.fatal_reason:
-        click.echo(f"ascend-doctor: server gave up: {daemon.supervisor.fatal_reason}", err=True)
+    for d in daemon.daemons if isinstance(daemon, Fleet) else [daemon]:
+        if d.supervisor is not None and d.supervisor.fatal_reason:
+            who = f"server {d.member.name}" if d.member else "server"
+            click.echo(f"ascend-doctor: {who} gave up: {d.supervisor.fatal_reason}", err=True)
     return status
-
-
-@main.command()
-@click.option("--scenario", "scenarios", multiple=True, help="Run only this scenario (repeatable).")
-@click.option("--list", "list_only", is_flag=True, help="Name the scenarios and exit.")
-@state_dir_option
-@config_option
-@click.option("-v", "--verbose", is_flag=True, help="Doctor logs on stderr instead of a file.")
-@click.option("--tui", "with_tui", is_flag=True, help="Watch it happen in the TUI.")
-@click.option(
-    "--sim-version",
-    default=None,
-    help="vLLM / vLLM-Ascend release line the simulated host runs (0.11, 0.13, 0.18, 0.23).",
-)
-def demo(
-    scenarios: tuple[str, ...],
-    list_only: bool,
-    state_dir: Path | None,
-    config_path: Path | None,
-    verbose: bool,
-    with_tui: bool,
-    sim_version: str | None,
-) -> None:
-    """Run the doctor on a simulated Ascend host through fault scenarios."""
-    from ascend_doctor.cli import demo as demo_mod
-
-    if list_only:
-        for name, description in demo_mod.scenario_list():
-            click.echo(f"{name:14} {description}")
-        return
-    if with_tui:  # the demo runs as a child process; the TUI reads its state dir
-        from ascend_doctor.cli.tui import demo_with_tui
-
-        sys.exit(demo_with_tui(scenarios, state_dir))
-    config = config_from(config_path) if config_path else None
-    try:
-        ok = demo_mod.run_demo(
-            list(scenarios), state_dir, config, verbose=verbose, sim_version=sim_version
-        )
-    except DoctorError as exc:
-        raise click.ClickException(str(exc)) from None
-    except demo_mod.DemoInterrupted:
-        sys.exit(130)  # as a shell reports a command Ctrl-C stopped
-    sys.exit(0 if ok else 1)
 
 
 @main.group(cls=LazyGroup, invoke_without_command=True)
 @state_dir_option
+@server_option
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per incident per line.")
 @click.option("--utc", is_flag=True, help="Times in UTC instead of local time.")
 @click.pass_context
-def incidents(ctx: click.Context, state_dir: Path | None, as_json: bool, utc: bool) -> None:
+def incidents(
+    ctx: click.Context, state_dir: Path | None, server: str | None, as_json: bool, utc: bool
+) -> None:
     """List incidents with their remediation decisions (or: incidents show ID, incidents ack ID).
 
-    --state-dir and --utc given here apply to the subcommand too.
+    --state-dir, --server and --utc given here apply to the subcommand too.
     """
     if ctx.invoked_subcommand is not None:
         if as_json:
             raise click.UsageError(
                 f"--json lists incidents; it does not go with {ctx.invoked_subcommand}"
             )
+        if state_dir is None and server is None:
+            return  # the subcommand's own --state-dir (or the default) is read there
+        dirs = server_dirs(state_dir, server)
+        if len(dirs) > 1:
+            raise click.UsageError(
+                f"this doctor runs several servers ({', '.join(n for n, _ in dirs)}): "
+                f"give --server NAME before {ctx.invoked_subcommand}"
+            )
+        ctx.params["state_dir"] = dirs[0][1]  # the subcommand reads that server's store
         return
+    dirs = server_dirs(state_dir, server)
     from ascend_doctor.cli.views import incident_dicts, when
 
-    store = open_store(state_dir)
-    rows = incident_dicts(store)
-    store.close()
+    rows: list[dict[str, Any]] = []
+    for name, d in dirs:
+        ctx.params["state_dir"] = d
+        store = open_store(d)
+        rows += [{"server": name, **r} if name else r for r in incident_dicts(store)]
+        store.close()
     if as_json:
         for row in rows:
             click.echo(json.dumps(row, sort_keys=False))
@@ -256,8 +242,9 @@ def incidents(ctx: click.Context, state_dir: Path | None, as_json: bool, utc: bo
         click.echo("no incidents")
     for row in rows:
         mark = " ACKED" if row["acknowledged"] else ""
+        who = f"[{row['server']}] " if "server" in row else ""
         click.echo(
-            f"#{row['id']} {row['state']:10}{mark} {row['severity']:8} {row['category']:22}"
+            f"{who}#{row['id']} {row['state']:10}{mark} {row['severity']:8} {row['category']:22}"
             f" {row['subject']:7} {row['summary']}"
             + (f" (x{row['findings']})" if row["findings"] > 1 else "")
         )
@@ -455,6 +442,7 @@ def _register() -> None:
             "silence": "ascend_doctor.cli.alerts:silence_group",
             "traces": "ascend_doctor.cli.traces:traces_group",
             "tui": "ascend_doctor.cli.tui:tui",
+            "demo": "ascend_doctor.cli.demo_cmd:demo",
         }
     )
     incidents.lazy.update(

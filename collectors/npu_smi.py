@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from ascend_doctor.collectors.base import CollectorSpec
 from ascend_doctor.collectors.npu_smi_ecc import ecc_subjects, parse_ecc
 from ascend_doctor.collectors.npu_smi_format import (
+    CHIP_RESET_ANSWERS,
     COLLECTOR,
     HEALTH_STATES,
     RESET_ANSWERS,
@@ -377,6 +378,7 @@ SPEC = CollectorSpec(
 
 
 __all__ = [
+    "CHIP_RESET_ANSWERS",
     "COLLECTOR",
     "HEALTH_STATES",
     "RESET_ANSWERS",
