@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import signal
 import time
 import zlib
 from collections.abc import Mapping, Sequence
@@ -67,9 +66,6 @@ from ascend_doctor.rules import Engine, RuleSet
 from ascend_doctor.rules.crash import CRASH_WINDOW, crash_finding
 
 log = logging.getLogger(__name__)
-
-KERNEL_LAG = 2.0
-"""Seconds a killed server's exit waits for the journal to hand on the kernel's line."""
 
 
 class Daemon:
@@ -445,26 +441,13 @@ def _runners(d: Daemon) -> list[CollectorRunner]:
     )
 
 
-async def _kernel_caught_up(d: Daemon, event: ProcessEvent) -> None:
-    """SIGKILL is how the OOM killer ends a process, and the journal hands on the kernel's line
-    a moment after the kernel printed it (journald reads it, journalctl follows): before the
-    exit is called unexplained, the line gets up to KERNEL_LAG seconds to arrive."""
-    killed = event.exit_code in (None, -signal.SIGKILL, 128 + signal.SIGKILL)
-    if not (event.crashed and killed and d.logs.kernel is not None and d.logs.kernel.lags):
-        return
-    before, deadline = d._explained_at, time.monotonic() + KERNEL_LAG
-    while time.monotonic() < deadline and d._explained_at == before:
-        with contextlib.suppress(StoreError):  # counted by the store; the wait goes on
-            d.logs.drain()
-        await asyncio.sleep(0.05)
-
-
 async def _exited(d: Daemon, event: ProcessEvent) -> ExitDecision:
     """The server exited: name what no rule explains, decide, keep the evidence first."""
     if d.attach is not None and event.previous == ProcessState.STARTING:
         d._findings([silent_finding(event)])  # it never answered: a server-down incident
     else:
-        await _kernel_caught_up(d, event)
+        before = d._explained_at  # the journal's OOM line may still be on its way
+        await d.logs.kernel_caught_up(event, lambda: d._explained_at != before)
         _unexplained_exit(d, event)
     decision = await d.decider.on_exit()  # first, with its last words
     if event.crashed and decision != ExitDecision.STOP:  # kept before it starts again

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
 import time
 from collections.abc import Callable
 
@@ -18,12 +19,14 @@ from ascend_doctor.collectors.log_sources import StoreCheckpoints
 from ascend_doctor.collectors.logs import Source, Tailer, Waker
 from ascend_doctor.core.config import LogsConfig
 from ascend_doctor.core.errors import StoreError
-from ascend_doctor.core.events import Finding, LogChunk
+from ascend_doctor.core.events import Finding, LogChunk, ProcessEvent
 from ascend_doctor.core.store import Store
 from ascend_doctor.rules import Engine
 
 log = logging.getLogger(__name__)
 
+KERNEL_LAG = 2.0
+"""Seconds a killed server's exit waits for the journal to hand on the kernel's line."""
 TAILER_STARTED = "tailer.first_started_at"
 """Store meta: when the tailer first ran on this store (its one owner is this module)."""
 
@@ -98,6 +101,19 @@ class LogWatch:
                 self.kernel.commit()
         self._on_drained()
 
+    async def kernel_caught_up(self, event: ProcessEvent, explained: Callable[[], bool]) -> None:
+        """SIGKILL is how the OOM killer ends a process, and the journal hands on the kernel's
+        line a moment after the kernel printed it (journald reads it, journalctl follows): a
+        server killed so waits up to KERNEL_LAG seconds, reading, until ``explained()``."""
+        killed = event.exit_code in (None, -signal.SIGKILL, 128 + signal.SIGKILL)
+        if not (event.crashed and killed and self.kernel is not None and self.kernel.lags):
+            return
+        deadline = time.monotonic() + KERNEL_LAG
+        while time.monotonic() < deadline and not explained():
+            with contextlib.suppress(StoreError):  # counted by the store; the wait goes on
+                self.drain()
+            await asyncio.sleep(0.05)
+
     def scan_text(self, name: str, text: str, file_id: str) -> None:
         """Text that is not in a file (a failing collector's output) through the same rules."""
         chunk = LogChunk(name, "host", 0, (text + "\n").encode(), file_id=file_id)
@@ -136,4 +152,4 @@ class LogWatch:
             self.kernel.close()
 
 
-__all__ = ["TAILER_STARTED", "LogWatch", "StoreCheckpoints"]
+__all__ = ["KERNEL_LAG", "TAILER_STARTED", "LogWatch", "StoreCheckpoints"]
