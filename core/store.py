@@ -59,7 +59,7 @@ class Store(IncidentsMixin, RecordsMixin, HostMixin, SpansMixin, RequestsMixin, 
                 try:
                     self._db = _open_moving_corrupt(path)
                 except (OSError, sqlite3.Error) as exc:
-                    if not lock:
+                    if not lock or "locked" in str(exc):  # busy is not read-only: an error
                         raise
                     self._go_degraded(exc)
         except sqlite3.Error as exc:
