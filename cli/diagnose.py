@@ -255,7 +255,7 @@ def _scan(
     for chunk in read_chunks(f, label, kind, already_read=head, block=parallel.BLOCK):
         with paused_gc():
             _add(result, engine.scan(chunk), index)
-        result.lines_read += chunk.data.count(b"\n")
+        result.lines_read += chunk.lines
         if progress is not None:
             progress(len(chunk.data))
 

@@ -140,7 +140,7 @@ class Engine:
         """
         data = chunk.data
         lines = Lines(chunk)
-        self.lines_scanned += lines.total()  # the one walk: it also indexes line numbers
+        self.lines_scanned += lines.total()
         hits: dict[int, list[tuple[tuple[object, ...], Finding]]] = {}
         request_log: dict[int, bool] = {}
 

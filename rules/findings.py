@@ -125,8 +125,7 @@ def unexplained(
         # a unit is explained by a finding inside it or right after it, up to the next
         # unit (an exception's message and CANN block follow its exception line)
         stop = units[i + 1].first if i + 1 < len(units) else len(data)
-        if data.count(b"\n", unit.last, stop) >= 30:  # counted in C, walked only when far
-            stop = after_lines(data, unit.last, 30)
+        stop = min(stop, after_lines(data, unit.last, 30))  # 30 lines on at most
         j = bisect.bisect_left(starts, unit.first)
         if j < len(starts) and starts[j] < max(stop, unit.last + 1):
             continue
