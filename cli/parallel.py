@@ -4,9 +4,9 @@ A file is cut exactly where one process reading it would cut it (``read_chunks``
 lines, a read of ``block`` bytes at a time), so every chunk, and with it every block across a
 cut, quiet window and context line, is what it would be in one process. Worker processes
 count each chunk's newlines into shared memory (the chunks after it start their line numbers
-from them), then scan it; the findings come back in file order. The one state an engine carries from chunk to chunk, the
-templates of unrecognised errors (drain3 learns them in order), is mined here, in order, so
-template ids and summaries are those of one process too.
+from them), then scan it; the findings come back in file order. The one state an engine
+carries from chunk to chunk, the templates of unrecognised errors (drain3 learns them in
+order), is mined here, in order, so template ids and summaries are those of one process too.
 """
 
 from __future__ import annotations

@@ -21,7 +21,8 @@ def test_numbers_are_newlines_before(
     lengths: list[int], asks: list[int], first: int, counted: bool
 ) -> None:
     data = b"".join(b"x" * n + b"\n" for n in lengths)
-    chunk = LogChunk("f", "server", 0, data, first_line=first, lines=len(lengths) if counted else -1)
+    counts = len(lengths) if counted else -1
+    chunk = LogChunk("f", "server", 0, data, first_line=first, lines=counts)
     lines = Lines(chunk)
     for ask in asks:
         offset = ask % len(data)
