@@ -121,7 +121,7 @@ def _first_line(index: int) -> int:
     while True:
         before = counts[:index]
         if min(before, default=0) >= 0:
-            return 1 + sum(before)
+            return 1 + int(sum(before))
         time.sleep(0.0005)
 
 
