@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 from ascend_doctor.core.events import Finding, LogChunk
 from ascend_doctor.rules import Engine
+from ascend_doctor.rules.lines import newline_marks
 
 T = TypeVar("T")
 UNRECOGNISED = "unrecognised"
@@ -132,11 +133,12 @@ def _scan(task: tuple[int, Piece, str, str]) -> tuple[int, list[tuple[bool, Any]
     index, piece, label, kind = task
     assert _engine is not None
     data = _read(piece)
-    newlines = data.count(b"\n")
+    marks = newline_marks(data)
+    newlines = marks[-1]
     _counts[index] = newlines
     chunk = LogChunk(label, kind, piece.offset, data, first_line=_first_line(index), lines=newlines)
     with paused_gc():
-        found = _engine.scan(chunk)
+        found = _engine.scan(chunk, marks)
     render = _render
     deferred = _engine.templates is not None
     out = [(True, f) if deferred and f.rule == UNRECOGNISED else (False, render(f)) for f in found]

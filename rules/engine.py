@@ -131,15 +131,16 @@ class Engine:
         self.lines_scanned = 0
         self.matches = 0
 
-    def scan(self, chunk: LogChunk) -> list[Finding]:
+    def scan(self, chunk: LogChunk, marks: list[int] | None = None) -> list[Finding]:
         """Findings in one chunk, in file order; a CANN error block is one finding.
+        ``marks``: the chunk's ``lines.newline_marks`` when its reader counted them.
 
         Rule matches and catalogued codes are gathered first (one per line: the best),
         blocks are merged, then every error unit nothing explained becomes an
         ``unrecognised`` finding. Request-log lines are never evidence.
         """
         data = chunk.data
-        lines = Lines(chunk)
+        lines = Lines(chunk, marks)
         self.lines_scanned += lines.total()
         hits: dict[int, list[tuple[tuple[object, ...], Finding]]] = {}
         request_log: dict[int, bool] = {}

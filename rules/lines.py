@@ -15,6 +15,20 @@ from ascend_doctor.core.events import LogChunk, LogLine
 
 _STEP = 4096
 """A line numbered after counting more than this many bytes is kept as a landmark."""
+MARK = 1 << 16
+"""Bytes between the landmarks :func:`newline_marks` counts."""
+
+
+def newline_marks(data: bytes) -> list[int]:
+    """The newlines of ``data`` before every ``MARK`` bytes and before its end (the last
+    item is the total): counted in one pass, and then no line number costs more than
+    ``MARK / 2`` bytes of counting."""
+    count, size = data.count, len(data)
+    marks, total = [0], 0
+    for start in range(0, size, MARK):
+        total += count(b"\n", start, start + MARK)
+        marks.append(total)
+    return marks
 
 
 class Lines:
@@ -26,7 +40,7 @@ class Lines:
 
     __slots__ = ("_chunk", "_data", "_first", "_line", "_marks", "_pos", "_total", "cut")
 
-    def __init__(self, chunk: LogChunk) -> None:
+    def __init__(self, chunk: LogChunk, marks: list[int] | None = None) -> None:
         self._chunk = chunk
         self._data = chunk.data
         self._first = chunk.first_line
@@ -35,6 +49,11 @@ class Lines:
         self._total = -1
         # landmarks: sorted byte offsets and the number of the line holding each
         self._marks: tuple[list[int], list[int]] | None = None
+        if marks is not None:  # from newline_marks: the chunk's lines were counted so
+            size = len(chunk.data)
+            offs = [*range(0, size, MARK), size]
+            self._marks = offs, [chunk.first_line + n for n in marks]
+            self._total = marks[-1]
         self.cut: dict[int, LogLine] = {}
         """The lines cut so far, by their start."""
 
