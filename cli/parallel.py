@@ -99,7 +99,8 @@ def _init(
 ) -> None:
     global _engine, _path, _render, _counts
     if engine is None:  # a spawned worker builds its own engine (the packs are cached)
-        engine = Engine(rules, clock=lambda: 0.0)
+        rules, before, after = rules
+        engine = Engine(rules, clock=lambda: 0.0, context_before=before, context_after=after)
     if engine.templates is not None:
         engine.templates = _Deferred()  # type: ignore[assignment]
     _engine, _path, _render, _counts = engine, path, render, counts
@@ -165,9 +166,8 @@ def scan_pieces(
     # each chunk's newlines, -1 until its worker counted them (shared memory, no lock: one
     # writer per slot)
     counts = ctx.Array("q", [-1] * len(parts), lock=False)
-    args = (
-        (engine, None, path, render, counts) if fork else (None, engine.rules, path, render, counts)
-    )
+    settings = (engine.rules, engine.context_before, engine.context_after)
+    args = (engine, None, path, render, counts) if fork else (None, settings, path, render, counts)
     with ctx.Pool(min(jobs, len(parts)), initializer=_init, initargs=args) as pool:
         tasks = [(i, piece, label, kind) for i, piece in enumerate(parts)]
         for piece, (newlines, found) in zip(parts, pool.imap(_scan, tasks), strict=True):

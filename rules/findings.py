@@ -125,7 +125,10 @@ def unexplained(
         # a unit is explained by a finding inside it or right after it, up to the next
         # unit (an exception's message and CANN block follow its exception line)
         stop = units[i + 1].first if i + 1 < len(units) else len(data)
-        stop = min(stop, after_lines(data, unit.last, 30))  # 30 lines on at most
+        # 30 lines on at most: counted in C when the next unit is near, walked when far
+        near = min(stop, unit.last + 8192)
+        if near < stop or data.count(b"\n", unit.last, near) >= 30:
+            stop = min(stop, after_lines(data, unit.last, 30))
         j = bisect.bisect_left(starts, unit.first)
         if j < len(starts) and starts[j] < max(stop, unit.last + 1):
             continue
