@@ -156,7 +156,8 @@ def scan(
                 ):
                     found += _print_lines(lines)
                 continue
-            chunks = read_chunks(stream, name, kind, already_read=head, block=parallel.BLOCK)
+            block = parallel.block_of(stream)
+            chunks = read_chunks(stream, name, kind, already_read=head, block=block)
             for chunk in chunks:
                 with parallel.paused_gc():
                     findings = engine.scan(chunk)
