@@ -33,7 +33,7 @@ from ascend_doctor.rules.findings import (
 from ascend_doctor.rules.lines import Lines
 from ascend_doctor.rules.loader import QUIET_WINDOW, Rule, RuleSet, ThresholdRule
 from ascend_doctor.rules.matcher import make_prefilter
-from ascend_doctor.rules.parse import is_request_log
+from ascend_doctor.rules.parse import is_request_log, may_echo
 from ascend_doctor.rules.unrecognised import UNIT_KEYS, Templates
 
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
@@ -147,7 +147,7 @@ class Engine:
 
         def echo(start: int, end: int) -> bool:
             if start not in request_log:
-                request_log[start] = is_request_log(data[start:end])
+                request_log[start] = may_echo(data, start, end) and is_request_log(data[start:end])
             return request_log[start]
 
         def keep(start: int, key: tuple[object, ...], finding: Finding) -> None:

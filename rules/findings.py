@@ -75,6 +75,8 @@ def context_evidence(
     chunk: LogChunk, start: int, before_n: int, after_n: int, lines: Lines
 ) -> tuple[LogLine, ...]:
     """The line at ``start`` first, then ``before_n`` lines before and ``after_n`` after."""
+    if not (before_n or after_n):  # `rules scan` prints the line alone
+        return (lines.cut.get(start) or lines.at(start, lines.number(start)),)
     data = chunk.data
     size = len(data)
     at, cut = lines.at, lines.cut  # most lines were cut already (a neighbour's context)

@@ -204,6 +204,15 @@ def is_request_log(line: bytes) -> bool:
     and its engine-failure input dump."""
     if _ECHO_WORDS.search(line) is None:
         return False
+    return _is_echo(line)
+
+
+def may_echo(data: bytes, start: int, end: int) -> bool:
+    """False when ``data[start:end]`` holds none of an echo's words (no copy is made)."""
+    return _ECHO_WORDS.search(data, start, end) is not None
+
+
+def _is_echo(line: bytes) -> bool:
     p = parse(line)
     if p.header == "vllm" and ECHO_LOGGERS.search(p.logger):
         return True
@@ -220,6 +229,7 @@ __all__ = [
     "TRACEBACK",
     "Parsed",
     "is_request_log",
+    "may_echo",
     "message",
     "parse",
 ]
