@@ -92,8 +92,7 @@ class Tailer:
         self._first_pass = True
         self._polls = 0
         self._dirty: dict[str, tuple[str, Checkpoint]] = {}
-        self.more = False
-        """The last poll left bytes unread in a file (it reads at most READ_BYTES each)."""
+        self.more = False  # the last poll left bytes unread (a read is READ_BYTES at most)
 
     def paths(self) -> list[str]:
         """Files currently followed."""
@@ -115,10 +114,8 @@ class Tailer:
         chunks: list[LogChunk] = []
         seen: set[str] = set()
         for src in self.sources:
-            if not is_glob(src.pattern):
-                paths = [src.pattern]
-            else:
-                paths = sorted(glob.glob(src.pattern)) if names else []
+            fixed = not is_glob(src.pattern)
+            paths = [src.pattern] if fixed else sorted(glob.glob(src.pattern)) if names else []
             for path in paths:
                 if path not in seen:
                     seen.add(path)
@@ -296,8 +293,7 @@ class Tailer:
         except OSError as exc:
             self._error(tracked.path, f"cannot read: {exc.strerror}")
             return []
-        if len(data) == READ_BYTES:
-            self.more = True
+        self.more |= len(data) == READ_BYTES
         tracked.activity = self._polls
         if tracked.head_len > 0 and head_fd(tracked, tracked.head_len) != tracked.head:
             # truncated and rewritten while we read: these bytes may be the new generation's
