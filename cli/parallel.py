@@ -163,11 +163,13 @@ def _scan(task: tuple[int, Piece, str, str]) -> tuple[int, list[tuple[bool, Any]
     newlines = marks[-1]
     _counts[index] = newlines
     chunk = LogChunk(label, kind, piece.offset, data, first_line=_first_line(index), lines=newlines)
-    with paused_gc():
-        found = _engine.scan(chunk, marks)
     render = _render
     deferred = _engine.templates is not None
-    out = [(True, f) if deferred and f.rule == UNRECOGNISED else (False, render(f)) for f in found]
+    with paused_gc():  # rendering makes no cycles either
+        found = _engine.scan(chunk, marks)
+        out = [
+            (True, f) if deferred and f.rule == UNRECOGNISED else (False, render(f)) for f in found
+        ]
     return newlines, out
 
 
