@@ -20,11 +20,13 @@ import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from ascend_doctor.agent.alerts import AlertListener, Deliverer
 from ascend_doctor.agent.attach import AttachedServer, AttachSpec, process_spec, silent_finding
 from ascend_doctor.agent.collection import CollectorRunner, build_runners
 from ascend_doctor.agent.decider import Decider
+from ascend_doctor.agent.fleet import Member
 from ascend_doctor.agent.incidents import IncidentManager
 from ascend_doctor.agent.logwatch import LogWatch
 from ascend_doctor.agent.profiling import ServerProfiler
@@ -44,9 +46,17 @@ from ascend_doctor.collectors.log_sources import log_sources
 from ascend_doctor.collectors.npu_smi import npu_smi_binary
 from ascend_doctor.core.config import Config
 from ascend_doctor.core.errors import StoreError
-from ascend_doctor.core.events import Category, Finding, ProcessEvent, ProcessState, Sample
+from ascend_doctor.core.events import (
+    Category,
+    Finding,
+    IncidentState,
+    Outcome,
+    ProcessEvent,
+    ProcessState,
+    Sample,
+)
 from ascend_doctor.core.launch import LaunchSpec, server_spec
-from ascend_doctor.core.procs import process_start
+from ascend_doctor.core.procs import is_own, process_start
 from ascend_doctor.core.records import DoctorStatus, LaunchRecord, ServerStatus
 from ascend_doctor.core.sdnotify import NOTIFY_VARS, Notifier, systemd_tasks
 from ascend_doctor.core.store import Store
@@ -69,13 +79,16 @@ class Daemon:
         *,
         base_env: Mapping[str, str] | None = None,
         attach: AttachSpec | None = None,
+        member: Member | None = None,
+        notifier: Notifier | None = None,
     ) -> None:
         self.config = config
         self.attach = attach
         self.state_dir = state_dir
         self.base_spec = spec
+        self.member = member  # one of several servers (agent/fleet.py), else None
         # systemd's notify variables are the doctor's alone (sdnotify.py)
-        self.notifier = Notifier.from_environ(os.environ)
+        self.notifier = notifier or Notifier.from_environ(os.environ)
         env = os.environ if base_env is None else base_env
         self.base_env = {k: v for k, v in env.items() if k not in NOTIFY_VARS}
         self.store = Store.in_dir(state_dir, lock=True)  # one doctor per state dir
@@ -87,8 +100,11 @@ class Daemon:
             rules,
             context_before=config.logs.context_before,
             context_after=config.logs.context_after,
+            npu_smi_seen=self.store.latest_samples("npu_smi"),  # old ECC counts are known
         )
-        self.incidents = IncidentManager(self.store, config.incidents)
+        self.incidents = IncidentManager(
+            self.store, config.incidents, server=f"server {member.name}" if member else "server"
+        )
         self.log_path = _under(state_dir, config.server.log_file)
         # the kernel's voice, about the server's processes only (collectors/kernel_log.py)
         kernel, host_logs = kernel_source(config.logs, self.store)
@@ -102,7 +118,7 @@ class Daemon:
             self._findings,
             on_drained=self._drained,
             kernel=kernel,
-            keep=lambda f: self.pid_book.about_server(f),
+            keep=lambda f: self.pid_book.about_server(f) and (member is None or member.owns(f)),
         )
         # telemetry (issue 7): one trace per incident, metrics, the server's request spans
         self.telemetry = Telemetry(
@@ -111,6 +127,7 @@ class Daemon:
             log_path=self.log_path if spec is not None else None,
             lines_read=lambda: self.logs.tailer.stats.lines,
             npu_smi=self._npu_smi_binary() if config.collectors.npu_smi.enabled else None,
+            server_name=member.name if member else "",
         )
         self.store.listeners.append(self.telemetry)
         self.server = ServerHandle(self._process(), self.effective_spec, self._server_env())
@@ -155,6 +172,8 @@ class Daemon:
         )
         self.collectors = _runners(self)
         self.versions = VersionWatch(self.store, lambda: self.server_url, config.profiling.enabled)
+        if member is not None:
+            _join(self, member)
         self._stop = asyncio.Event()
         self._verify_wanted = asyncio.Event()
         self._run_start = 0.0  # wall time the server last became RUNNING
@@ -300,6 +319,8 @@ class Daemon:
             self.decider.due(incident_id)
 
     def _samples(self, samples: Sequence[Sample]) -> None:
+        if self.member is not None:  # another server's cards are its doctor's business
+            samples = [s for s in samples if self.member.keeps(s)]
         for s in samples:
             self.store.add_sample(s.collector, s.subject, s.at, s.values)
         self._findings(self.engine.evaluate(samples))
@@ -338,6 +359,8 @@ class Daemon:
                 proc_start=process_start(event.pid) or 0.0,
             )
         )
+        if self.member is not None:
+            _member_changed(self, self.member, event)
         if event.state == ProcessState.FATAL:
             self._stop.set()  # the server will not run: say so and exit non-zero
 
@@ -426,6 +449,42 @@ async def _exited(d: Daemon, event: ProcessEvent) -> ExitDecision:
     if event.crashed and decision != ExitDecision.STOP:  # kept before it starts again
         await d.evidence.before_restart("crash", event.reason)
     return decision
+
+
+ACTIVE = (IncidentState.OPEN, IncidentState.MITIGATING)
+
+
+def _join(d: Daemon, member: Member) -> None:
+    """One of several servers: its stops pass the gate, its decisions go on the incidents
+    being fixed, a stop the gate refuses escalates them."""
+    member.handle = d.server
+    if isinstance(d.server.process, Supervisor):
+        d.server.process.label = f"server {member.name}"
+    member.ours = lambda pid: pid in d.pid_book.pids or is_own(pid, d.server.own_pids)
+
+    def decide(name: str, outcome: Outcome, reason: str, params: dict[str, Any]) -> None:
+        for incident_id in d.decider.acting:
+            d.remediator.record(incident_id, name, outcome, f"[{member.name}] {reason}", params)
+        if not d.decider.acting:
+            log.warning("server %s: %s %s: %s", member.name, name, outcome.value, reason)
+
+    def refused(why: str) -> None:
+        for incident_id in d.decider.acting:
+            if d.store.incident(incident_id).state in ACTIVE:
+                d.incidents.escalate(incident_id, f"not restarted: {why}")
+
+    member.decide = decide
+    d.decider.refused = refused
+    if member.gate is not None:
+        gate = member.gate
+        d.server.before_stop = lambda reason: gate.before_stop(member.name, reason)
+
+
+def _member_changed(d: Daemon, member: Member, event: ProcessEvent) -> None:
+    if member.gate is not None:
+        member.gate.changed(member.name, event.state == ProcessState.RUNNING)
+        if event.state == ProcessState.RUNNING:
+            member.gate.started(member.name)
 
 
 def _under(state_dir: Path, name: str) -> Path:

@@ -18,6 +18,7 @@ from ascend_doctor.agent.remediation import StepResult
 from ascend_doctor.agent.server import ServerHandle
 from ascend_doctor.agent.supervisor import ExitDecision
 from ascend_doctor.core.config import RemediationConfig
+from ascend_doctor.core.errors import RemediationError
 from ascend_doctor.core.events import ProcessState
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,10 @@ class Decider:
         self._timers: dict[int, asyncio.TimerHandle] = {}
         self._since: dict[int, float] = {}  # when each pending incident first became due
         self._lock = asyncio.Lock()
+        self.acting: list[int] = []
+        """The incidents of the batch being decided (what a planned stop is for)."""
+        self.refused: Callable[[str], None] = lambda why: None
+        """Told when a restart for a step may not happen (several servers, ``[ha]``)."""
 
     # -- events ----------------------------------------------------------------------------
 
@@ -130,6 +135,7 @@ class Decider:
         """Run the next step of each; (restart the server?, any escalated about it?)."""
         restart = escalated = False
         async with self._lock:
+            self.acting = list(ids)
             for incident_id in ids:
                 if incident_id not in self._since:
                     # decided while this batch waited for the lock: what made it due came
@@ -162,7 +168,11 @@ class Decider:
         if self.server.process is None:
             return
         if restart:
-            await self.server.restart(RESTART_REASON)
+            try:
+                await self.server.restart(RESTART_REASON)
+            except RemediationError as exc:  # another server must keep serving: recorded
+                log.warning("the server is not restarted: %s", exc)
+                self.refused(str(exc))
         elif (
             escalated
             and self.config.on_escalation == "keep"

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 
 from ascend_doctor.core.config import IncidentsConfig
 from ascend_doctor.core.errors import RemediationError
@@ -57,8 +58,15 @@ class IncidentManager:
     """Turns findings into incidents and says which incidents need a remediation decision."""
 
     def __init__(
-        self, store: Store, config: IncidentsConfig, clock: Callable[[], float] = time.time
+        self,
+        store: Store,
+        config: IncidentsConfig,
+        clock: Callable[[], float] = time.time,
+        *,
+        server: str = "server",
     ) -> None:
+        self.server = server
+        """The subject of a finding that names no device (``server NAME`` with several)."""
         self.store = store
         self.config = config
         self._clock = clock
@@ -73,6 +81,8 @@ class IncidentManager:
         ordered = sorted(findings, key=lambda f: f.role != Role.ROOT)  # roots first, stable
         needs: list[int] = []
         for f in ordered:
+            if f.subject == "server" and self.server != "server":
+                f = replace(f, subject=self.server)
             if f.offset >= 0 and self.store.seen_finding(f.file_id or f.path, f.offset, f.rule):
                 continue  # delivered again after a restart: already counted
             incident, fresh = self._place(f)
@@ -91,9 +101,9 @@ class IncidentManager:
         if f.role == Role.ROOT:
             for inc in reversed(active):
                 if inc.category == f.category and (
-                    inc.subject == f.subject or "server" in (inc.subject, f.subject)
+                    inc.subject == f.subject or self.server in (inc.subject, f.subject)
                 ):
-                    if inc.subject == "server" and f.subject != "server":
+                    if inc.subject == self.server and f.subject != self.server:
                         # a line that names the device makes the incident more precise
                         inc = self.store.update_incident(inc.id, subject=f.subject)
                     return inc, self._recurred(inc, f)
@@ -131,7 +141,7 @@ class IncidentManager:
         closed = (IncidentState.ESCALATED, IncidentState.RESOLVED)
         for inc in reversed(self.store.incidents(states=closed, newest=20)):
             same = inc.category == f.category and (
-                inc.subject == f.subject or "server" in (inc.subject, f.subject)
+                inc.subject == f.subject or self.server in (inc.subject, f.subject)
             )
             if not same and not symptom:
                 continue

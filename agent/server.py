@@ -63,6 +63,9 @@ class ServerHandle:
         self._spec = spec
         self._base_env = dict(base_env)
         self._own_pids: set[int] = set()
+        self.before_stop: Callable[[str], Awaitable[None]] | None = None
+        """With several servers: waits until this one may be stopped on purpose and drains
+        it; raises ``StopRefused`` when it may not (``agent/fleet.py``)."""
 
     @property
     def supervised(self) -> bool:
@@ -127,12 +130,19 @@ class ServerHandle:
     async def stop(self, reason: str) -> None:
         """Stop it and keep it stopped."""
         if self.process is not None:
+            await self._planned(reason)
             await self.process.stop(reason)
 
     async def restart(self, reason: str) -> None:
         """Stop it if it runs and start it again."""
         if self.process is not None:
+            await self._planned(reason)
             await self.process.restart(reason)
+
+    async def _planned(self, reason: str) -> None:
+        # a server that is not serving (dead, starting) has nothing left to protect
+        if self.before_stop is not None and self.state == ProcessState.RUNNING:
+            await self.before_stop(reason)
 
 
 def build_process(

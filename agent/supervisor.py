@@ -101,6 +101,7 @@ class Supervisor:
         self.failures = 0  # consecutive starts that never reached RUNNING
         self.probe_failures = 0  # consecutive failed /health probes while RUNNING
         self.fatal_reason = ""
+        self.label = "server"  # in its log lines: "server NAME" with several servers
         self._want_running = False
         self._shutdown = False
         self._wake = asyncio.Event()
@@ -263,7 +264,9 @@ class Supervisor:
             if await self._probe():
                 return proc.returncode is None
             if self._clock() >= deadline:
-                log.error("server not healthy after %.0fs; stopping it", self.config.start_timeout)
+                log.error(
+                    "%s not healthy after %.0fs; stopping it", self.label, self.config.start_timeout
+                )
                 self._stop_reason = ""
                 return False
             await _wait_any(proc, self._stop_requested, self._sleep, self.config.health_interval)
@@ -281,7 +284,9 @@ class Supervisor:
                 continue
             self.probe_failures += 1
             if self.probe_failures >= self.config.probe_failures:
-                log.error("server failed %d /health probes; restarting", self.probe_failures)
+                log.error(
+                    "%s failed %d /health probes; restarting", self.label, self.probe_failures
+                )
                 if self._before_restart is not None:
                     why = f"{self.probe_failures} health probes failed in a row"
                     await self._before_restart(why)
@@ -298,7 +303,8 @@ class Supervisor:
                 await proc.wait()
         except TimeoutError:
             log.warning(
-                "server pid %d ignored SIGTERM for %.0fs; killing it",
+                "%s pid %d ignored SIGTERM for %.0fs; killing it",
+                self.label,
                 proc.pid,
                 self.config.stop_grace,
             )
@@ -347,7 +353,9 @@ class Supervisor:
             reason=reason,
         )
         self.state = state
-        log.info("server %s -> %s%s", event.previous, state, f": {reason}" if reason else "")
+        log.info(
+            "%s %s -> %s%s", self.label, event.previous, state, f": {reason}" if reason else ""
+        )
         try:
             self._on_change(event)
         except StoreError:

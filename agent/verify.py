@@ -20,6 +20,10 @@ from ascend_doctor.core.events import ACTIVE_STATES, Incident, IncidentState, Ou
 
 log = logging.getLogger(__name__)
 
+AFTER_START = frozenset({"undrain"})
+"""Decisions recorded on an incident after its server started again (several servers: it is
+put back in the balancer): not a step, so the run after them is still the one to judge."""
+
 Probe = Callable[[str, float], Awaitable[tuple[bool, str]]]
 Record = Callable[[int, str, Outcome, str], None]
 
@@ -72,7 +76,7 @@ class Verifier:
             inc
             for inc in self.store.incidents(states=ACTIVE_STATES)
             if inc.state == IncidentState.MITIGATING
-            and (acts := self.store.actions(inc.id))
+            and (acts := [a for a in self.store.actions(inc.id) if a.name not in AFTER_START])
             and acts[-1].at <= run_start
         ]
 

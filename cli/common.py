@@ -117,6 +117,28 @@ def usable_state_dir(d: Path) -> Path:
     return d
 
 
+server_option = click.option(
+    "--server",
+    default=None,
+    help="With several [[servers]]: only this one (default: every one).",
+)
+
+
+def server_dirs(state_dir: Path | None, server: str | None) -> list[tuple[str, Path]]:
+    """(name, state dir) of each server a command reads: every ``[[servers]]`` name of a
+    doctor of several (or the one asked for), else ("", the state dir)."""
+    from ascend_doctor.core.ha import server_dir, server_names
+
+    d = resolve_state_dir(state_dir)
+    names = server_names(d)
+    if server is not None:
+        if server not in names:
+            known = f"servers: {', '.join(names)}" if names else "it runs one server"
+            raise InputError(f"{d}: no server {server!r} under this doctor ({known})")
+        return [(server, server_dir(d, server))]
+    return [(n, server_dir(d, n)) for n in names] or [("", d)]
+
+
 def open_store(state_dir: Path | None, *, write: bool = False) -> Store:
     """The store of a state dir for a CLI command; a one-line error when there is none."""
     from ascend_doctor.core.store import STORE_NAME, Store
@@ -137,6 +159,8 @@ __all__ = [
     "group_option",
     "open_store",
     "resolve_state_dir",
+    "server_dirs",
+    "server_option",
     "setup_logging",
     "state_dir_option",
     "usable_state_dir",

@@ -8,7 +8,7 @@ timeline.
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import os
 import re
 import sys
@@ -20,12 +20,23 @@ from pathlib import Path
 from typing import IO, Any
 
 from ascend_doctor.cli import parallel
+from ascend_doctor.cli.diagnose_store import (
+    Samples,
+    bundle_evidence,
+    bundle_json,
+    bundle_profiles,
+    bundle_samples,
+    ecc_samples,
+    listed,
+    sample_findings,
+    state_dir_records,
+)
 from ascend_doctor.cli.parallel import as_is, paused_gc, regular_pieces, scan_pieces
 from ascend_doctor.collectors.logs import read_chunks, source_kind
+from ascend_doctor.collectors.npu_smi_ecc import ECC_HEAD
 from ascend_doctor.collectors.npu_smi_format import parse_info, samples_from_info
-from ascend_doctor.core.errors import CollectorError, StoreError
-from ascend_doctor.core.events import Category, Finding
-from ascend_doctor.core.records import Artifact, decode
+from ascend_doctor.core.errors import CollectorError
+from ascend_doctor.core.events import Category, Finding, LogLine
 from ascend_doctor.rules import Engine, RuleSet
 from ascend_doctor.rules.ranking import Ranked, rank_causes
 
@@ -72,6 +83,10 @@ class Diagnosis:
     line shows (a hang seen only in the metrics)."""
     evidence: list[dict[str, Any]] = field(default_factory=list)
     """Evidence snapshots a bundle lists (kept before restarts), with their files."""
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    """Stored npu-smi samples worth a look (Health not OK, uncorrectable ECC errors)."""
+    store_read: bool = False
+    """A state dir's store was read (something was read even without a log)."""
 
 
 def _files(paths: list[Path]) -> Iterator[tuple[str, Callable[[], IO[bytes]] | None, str]]:
@@ -115,73 +130,6 @@ def _one(path: Path) -> Iterator[tuple[str, Callable[[], IO[bytes]] | None, str]
     yield str(path), _opener(path), ""
 
 
-def _bundle_json(path: Path, suffix: str) -> list[dict[str, Any]]:
-    """A JSON list a bundle holds (empty when it has none or it does not read)."""
-    try:
-        with tarfile.open(path) as tar:
-            member = next((m for m in tar.getmembers() if m.name.endswith(suffix)), None)
-            data = tar.extractfile(member) if member is not None else None
-            value = json.loads(data.read()) if data is not None else []
-    except (OSError, tarfile.TarError, ValueError):
-        return []
-    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
-
-
-def bundle_profiles(path: Path) -> list[dict[str, Any]]:
-    """The profiles a bundle's ``store/meta.json`` records, each with its stored analysis."""
-    try:
-        with tarfile.open(path) as tar:
-            member = next(
-                (m for m in tar.getmembers() if m.name.endswith("/store/meta.json")), None
-            )
-            data = tar.extractfile(member) if member is not None else None
-            meta = json.loads(data.read()) if data is not None else {}
-    except (OSError, tarfile.TarError, ValueError):
-        return []
-    raw = meta.get("artifacts") if isinstance(meta, dict) else None
-    out = []
-    for item in raw if isinstance(raw, list) else []:
-        try:
-            art = decode(Artifact, item, "artifacts")
-        except StoreError:
-            continue
-        out.append(
-            {
-                "kind": art.kind,
-                "path": art.path,
-                "started_at": art.started_at,
-                "headline": art.analysis.headline if art.analysis else "not analysed",
-                "report": art.analysis.report if art.analysis else "",
-            }
-        )
-    return out
-
-
-def bundle_evidence(path: Path) -> list[dict[str, Any]]:
-    """The evidence snapshots a bundle's ``artifacts/index.json`` lists (each a directory the
-    doctor wrote before a restart: stacks, npu-smi, log tails, metrics), oldest first, with
-    the reason their own ``index.json`` gives when the bundle carries the files."""
-    snaps: dict[str, dict[str, Any]] = {}
-    try:
-        with tarfile.open(path) as tar:
-            names = {m.name.split("/", 1)[-1]: m for m in tar.getmembers()}
-            member = names.get("artifacts/index.json")
-            data = tar.extractfile(member) if member is not None else None
-            listed = json.loads(data.read()) if data is not None else []
-            for item in listed if isinstance(listed, list) else []:
-                snap, _, name = str(item.get("path", "")).partition("/")
-                if not name:
-                    continue
-                entry = snaps.setdefault(snap, {"snapshot": snap, "files": [], "reason": ""})
-                entry["files"].append(name)
-                own = names.get(f"artifacts/{snap}/{name}")
-                if name == "index.json" and own is not None and (f := tar.extractfile(own)):
-                    entry["reason"] = str(json.loads(f.read()).get("reason", ""))
-    except (OSError, tarfile.TarError, ValueError, AttributeError):
-        return []
-    return sorted(snaps.values(), key=lambda e: e["snapshot"].rsplit("-", 1)[-1])
-
-
 def _const(stream: IO[bytes]) -> Callable[[], IO[bytes]]:
     return lambda: stream
 
@@ -196,16 +144,27 @@ def diagnose(
     *,
     progress: Callable[[int], None] | None = None,
     jobs: int = 1,
+    state_dir: Path | None = None,
 ) -> Diagnosis:
     """Scan everything under ``paths``; unreadable files are listed, never fatal. A file of
-    more than one chunk is scanned by ``jobs`` worker processes (same findings)."""
+    more than one chunk is scanned by ``jobs`` worker processes (same findings). With
+    ``state_dir``, its store's incidents and samples are read and the logs its tailer followed
+    scanned too (DoctorError when it has no readable store)."""
     engine = Engine(rules, clock=lambda: 0.0)
     result = Diagnosis()
+    paths = list(paths)
+    if state_dir is not None:
+        incidents, samples, logs = state_dir_records(state_dir)
+        result.store_read = True
+        result.incidents += incidents
+        _stored_samples(result, samples, engine, len(paths) + len(logs))
+        paths += [Path(p) for p in logs if Path(p).is_file()]
     for path in paths:
         if path.is_file() and path.name.endswith((".tar.gz", ".tgz", ".tar")):
             result.profiles += bundle_profiles(path)
-            result.incidents += _bundle_json(path, "/store/incidents.json")
+            result.incidents += bundle_json(path, "/store/incidents.json")
             result.evidence += bundle_evidence(path)
+            _stored_samples(result, bundle_samples(path), engine, len(paths))
     for index, (label, opener, error) in enumerate(_files(paths)):
         if opener is None:
             result.unreadable.append({"path": label, "error": error})
@@ -218,7 +177,14 @@ def diagnose(
                     continue
                 kind = source_kind(label.rsplit(":", 1)[-1] if ".tar" in label else label)
                 if NPU_SMI_HEAD.search(head):  # a saved `npu-smi info`: its table, not lines
-                    _npu_smi(head + f.read(), index, engine, result)
+                    _npu_smi(head + f.read(), index, engine, result, label)
+                    result.files_read += 1
+                    continue
+                if ECC_HEAD.search(head):  # a saved `npu-smi info -t ecc`: its counters
+                    data = head + f.read()
+                    found = engine.evaluate(ecc_samples(data.decode(errors="replace")))
+                    _sampled(result, found, index, label)
+                    result.lines_read += data.count(b"\n")
                     result.files_read += 1
                     continue
                 parts = regular_pieces(f, already_read=len(head)) if jobs > 1 else []
@@ -257,6 +223,21 @@ def _scan(
             progress(len(chunk.data))
 
 
+def _stored_samples(result: Diagnosis, samples: Samples, engine: Engine, index: int) -> None:
+    """The sample rules over a store's last npu-smi samples; the devices worth a look."""
+    _sampled(result, sample_findings(samples, engine), index, "npu-smi sample in the store")
+    result.samples += listed(samples)
+
+
+def _sampled(result: Diagnosis, findings: list[Finding], index: int, source: str) -> None:
+    """Findings of samples, the worst of a device first; each is its own evidence line (a
+    sample has no line to quote), named by where the sample came from."""
+    for f in sorted(findings, key=lambda f: (f.subject, -f.severity)):
+        line = LogLine(source, 0, f.summary)
+        found = dataclasses.replace(f, path=source, evidence=(line,))
+        result.hits.append(_Hit(found, (index, 0), None))
+
+
 def _add(result: Diagnosis, findings: list[Finding], index: int) -> None:
     for finding in findings:
         text = finding.evidence[0].text.encode() if finding.evidence else b""
@@ -267,15 +248,14 @@ NPU_SMI_HEAD = re.compile(rb"^\| npu-smi \S+\s+Version:", re.M)
 """The first line of the table ``npu-smi info`` prints."""
 
 
-def _npu_smi(data: bytes, index: int, engine: Engine, result: Diagnosis) -> None:
+def _npu_smi(data: bytes, index: int, engine: Engine, result: Diagnosis, label: str) -> None:
     """The sample rules over an ``npu-smi info`` snapshot (a card whose Health is not OK)."""
     try:
         samples = samples_from_info(parse_info(data.decode(errors="replace")), 0.0)
     except CollectorError as exc:
         result.unreadable.append({"path": f"npu-smi snapshot {index}", "error": str(exc)})
         return
-    for finding in engine.evaluate(samples):
-        result.hits.append(_Hit(finding, (index, 0), None))
+    _sampled(result, engine.evaluate(samples), index, label)
     result.lines_read += data.count(b"\n")
 
 
@@ -354,8 +334,20 @@ def report(result: Diagnosis, rules: RuleSet) -> dict[str, Any]:
         )
         key = (f.category.value, f.subject)
         entry = causes.get(key) or causes.setdefault(key, _cause(f, steps))
+        # another rule's finding of the same cause (a card's Health and its ECC counters):
+        # its first line is evidence too
+        rules_in = entry.setdefault("_rules", {entry["rule"]})
+        for i in group:
+            other = i.finding
+            if (other.category, other.subject) == (f.category, f.subject) and (
+                other.rule not in rules_in
+            ):
+                rules_in.add(other.rule)
+                entry["evidence"] += _cause(other, steps)["evidence"][:1]
         entry["count"] += len(group)
         named.update(id(i.finding) for i in group)
+    for entry in causes.values():
+        entry.pop("_rules", None)
     causes = _device_leads(causes)
     unknown = [h.finding for h in hits if h.finding.category == Category.UNRECOGNISED]
     for f in unknown:
@@ -407,6 +399,8 @@ def report(result: Diagnosis, rules: RuleSet) -> dict[str, Any]:
             for i in result.incidents
         ],
         "evidence": result.evidence,
+        "stored_samples": result.samples,
+        "store_read": result.store_read,
     }
 
 
@@ -441,7 +435,7 @@ def _cause(f: Finding, steps: dict[str, Any]) -> dict[str, Any]:
         "explain": f.explain,
         "count": 0,
         "evidence": [{"path": e.path, "line": e.line, "text": e.text} for e in f.evidence],
-        "suggestions": _suggestions(steps.get(f.rule, ())),
+        "suggestions": _suggestions(steps.get(f.rule) or f.remediation),
     }
 
 

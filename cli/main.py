@@ -18,6 +18,8 @@ from ascend_doctor.cli.common import (
     config_option,
     open_store,
     resolve_state_dir,
+    server_dirs,
+    server_option,
     setup_logging,
     state_dir_option,
     usable_state_dir,
@@ -136,6 +138,11 @@ def watch(
         config = dataclasses.replace(
             config, logs=dataclasses.replace(config.logs, paths=(*config.logs.paths, *logs))
         )
+    if config.servers and (command or attach):
+        where = "a command after --" if command else "--attach"
+        raise click.UsageError(
+            f"the config has [[servers]]: the doctor runs those; give no {where} as well"
+        )
     if command and shutil.which(command[0]) is None:
         raise click.ClickException(f"command not found: {command[0]}")
     setup_logging(verbose)
@@ -159,11 +166,16 @@ def run_watch(config: Config, state_dir: Path, spec: Any, *, attach: Any = None)
     import asyncio
 
     from ascend_doctor.agent.daemon import Daemon
+    from ascend_doctor.agent.fleet_run import Fleet
     from ascend_doctor.rules import load_rules
 
+    daemon: Daemon | Fleet
     try:
         rules = load_rules([Path(d) for d in config.rules.dirs])
-        daemon = Daemon(config, state_dir, spec, rules, attach=attach)
+        if config.servers:
+            daemon = Fleet(config, state_dir, rules)
+        else:
+            daemon = Daemon(config, state_dir, spec, rules, attach=attach)
     except DoctorError as exc:
         raise click.ClickException(str(exc)) from None
 
@@ -175,76 +187,50 @@ def run_watch(config: Config, state_dir: Path, spec: Any, *, attach: Any = None)
 
     click.echo(f"ascend-doctor: state dir {state_dir}", err=True)
     status = asyncio.run(go())
-    if daemon.supervisor is not None and daemon.supervisor.fatal_reason:
-        click.echo(f"ascend-doctor: server gave up: {daemon.supervisor.fatal_reason}", err=True)
+    for d in daemon.daemons if isinstance(daemon, Fleet) else [daemon]:
+        if d.supervisor is not None and d.supervisor.fatal_reason:
+            who = f"server {d.member.name}" if d.member else "server"
+            click.echo(f"ascend-doctor: {who} gave up: {d.supervisor.fatal_reason}", err=True)
     return status
-
-
-@main.command()
-@click.option("--scenario", "scenarios", multiple=True, help="Run only this scenario (repeatable).")
-@click.option("--list", "list_only", is_flag=True, help="Name the scenarios and exit.")
-@state_dir_option
-@config_option
-@click.option("-v", "--verbose", is_flag=True, help="Doctor logs on stderr instead of a file.")
-@click.option("--tui", "with_tui", is_flag=True, help="Watch it happen in the TUI.")
-@click.option(
-    "--sim-version",
-    default=None,
-    help="vLLM / vLLM-Ascend release line the simulated host runs (0.11, 0.13, 0.18, 0.23).",
-)
-def demo(
-    scenarios: tuple[str, ...],
-    list_only: bool,
-    state_dir: Path | None,
-    config_path: Path | None,
-    verbose: bool,
-    with_tui: bool,
-    sim_version: str | None,
-) -> None:
-    """Run the doctor on a simulated Ascend host through fault scenarios."""
-    from ascend_doctor.cli import demo as demo_mod
-
-    if list_only:
-        for name, description in demo_mod.scenario_list():
-            click.echo(f"{name:14} {description}")
-        return
-    if with_tui:  # the demo runs as a child process; the TUI reads its state dir
-        from ascend_doctor.cli.tui import demo_with_tui
-
-        sys.exit(demo_with_tui(scenarios, state_dir))
-    config = config_from(config_path) if config_path else None
-    try:
-        ok = demo_mod.run_demo(
-            list(scenarios), state_dir, config, verbose=verbose, sim_version=sim_version
-        )
-    except DoctorError as exc:
-        raise click.ClickException(str(exc)) from None
-    except demo_mod.DemoInterrupted:
-        sys.exit(130)  # as a shell reports a command Ctrl-C stopped
-    sys.exit(0 if ok else 1)
 
 
 @main.group(cls=LazyGroup, invoke_without_command=True)
 @state_dir_option
+@server_option
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per incident per line.")
 @click.option("--utc", is_flag=True, help="Times in UTC instead of local time.")
 @click.pass_context
-def incidents(ctx: click.Context, state_dir: Path | None, as_json: bool, utc: bool) -> None:
+def incidents(
+    ctx: click.Context, state_dir: Path | None, server: str | None, as_json: bool, utc: bool
+) -> None:
     """List incidents with their remediation decisions (or: incidents show ID, incidents ack ID).
 
-    --state-dir and --utc given here apply to the subcommand too.
+    --state-dir, --server and --utc given here apply to the subcommand too.
     """
     if ctx.invoked_subcommand is not None:
         if as_json:
             raise click.UsageError(
                 f"--json lists incidents; it does not go with {ctx.invoked_subcommand}"
             )
+        if state_dir is None and server is None:
+            return  # the subcommand's own --state-dir (or the default) is read there
+        dirs = server_dirs(state_dir, server)
+        if len(dirs) > 1:
+            raise click.UsageError(
+                f"this doctor runs several servers ({', '.join(n for n, _ in dirs)}): "
+                f"give --server NAME before {ctx.invoked_subcommand}"
+            )
+        ctx.params["state_dir"] = dirs[0][1]  # the subcommand reads that server's store
         return
+    dirs = server_dirs(state_dir, server)
     from ascend_doctor.cli.views import incident_dicts, when
 
-    store = open_store(state_dir)
-    rows = incident_dicts(store)
-    store.close()
+    rows: list[dict[str, Any]] = []
+    for name, d in dirs:
+        ctx.params["state_dir"] = d
+        store = open_store(d)
+        rows += [{"server": name, **r} if name else r for r in incident_dicts(store)]
+        store.close()
     if as_json:
         for row in rows:
             click.echo(json.dumps(row, sort_keys=False))
@@ -253,8 +239,9 @@ def incidents(ctx: click.Context, state_dir: Path | None, as_json: bool, utc: bo
         click.echo("no incidents")
     for row in rows:
         mark = " ACKED" if row["acknowledged"] else ""
+        who = f"[{row['server']}] " if "server" in row else ""
         click.echo(
-            f"#{row['id']} {row['state']:10}{mark} {row['severity']:8} {row['category']:22}"
+            f"{who}#{row['id']} {row['state']:10}{mark} {row['severity']:8} {row['category']:22}"
             f" {row['subject']:7} {row['summary']}"
             + (f" (x{row['findings']})" if row["findings"] > 1 else "")
         )
@@ -265,9 +252,16 @@ def incidents(ctx: click.Context, state_dir: Path | None, as_json: bool, utc: bo
 
 
 @main.command()
-@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="The report as one JSON object.")
 @click.option("--exit-code", is_flag=True, help="Exit with 1 when a failure is found.")
+@click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Also read this state dir: its store's incidents and npu-smi samples, and the logs "
+    "its doctor followed.",
+)
 @click.option(
     "--rules",
     "rule_dirs",
@@ -288,12 +282,16 @@ def diagnose(
     exit_code: bool,
     rule_dirs: tuple[Path, ...],
     jobs: int | None,
+    state_dir: Path | None,
 ) -> None:
-    """Offline root-cause analysis of log files (- for stdin), plog/slog trees or a bundle.
+    """Offline root-cause analysis of log files (- for stdin), plog/slog trees, a bundle or
+    a state dir (--state-dir).
 
     Exit status: 2 when a path named here cannot be read or is not text (the others are
     still read), 1 with --exit-code when a failure is found, else 0 (as ``rules scan``).
     """
+    if not paths and state_dir is None:
+        raise click.UsageError("give the logs, bundles or npu-smi outputs to read, or --state-dir")
     import gc
 
     from ascend_doctor.cli.diagnose import diagnose as run_diagnose
@@ -313,14 +311,21 @@ def diagnose(
 
         with Progress(transient=True) as bar:
             task = bar.add_task("scanning", total=total or None)
-            result = run_diagnose(
-                list(paths), rules, progress=lambda n: bar.advance(task, n), jobs=jobs
+            result = _run(
+                lambda: run_diagnose(
+                    list(paths),
+                    rules,
+                    progress=lambda n: bar.advance(task, n),
+                    jobs=jobs,
+                    state_dir=state_dir,
+                )
             )
     else:
-        result = run_diagnose(list(paths), rules, jobs=jobs)
+        result = _run(lambda: run_diagnose(list(paths), rules, jobs=jobs, state_dir=state_dir))
     rep = report(result, rules)
     named = {str(p) for p in paths}
-    unusable = result.files_read == 0 or any(u["path"] in named for u in rep["unreadable"])
+    read = result.files_read > 0 or result.store_read
+    unusable = not read or any(u["path"] in named for u in rep["unreadable"])
     if as_json:
         click.echo(json.dumps(rep, indent=2))
     else:
@@ -329,6 +334,15 @@ def diagnose(
         sys.exit(2)
     if exit_code and (rep["root_causes"] or rep["symptoms"]):
         sys.exit(1)
+
+
+def _run(scan: Any) -> Any:
+    """The scan; a state dir without a readable store is one line and exit 2."""
+    try:
+        return scan()
+    except DoctorError as exc:
+        click.echo(f"ascend-doctor: {exc}", err=True)
+        sys.exit(2)
 
 
 def _size(path: Path) -> int:
@@ -345,6 +359,7 @@ def _size(path: Path) -> int:
 
 
 def _print_report(rep: dict[str, Any]) -> None:
+    from ascend_doctor.cli.diagnose_store import describe
     from ascend_doctor.cli.views import plural
 
     for u in rep["unreadable"]:  # first: a report on nothing must not read as all clear
@@ -354,7 +369,7 @@ def _print_report(rep: dict[str, Any]) -> None:
         if rep["lines_read"] < 1000
         else f"read {plural(rep['files_read'], 'file')}, {rep['lines_read']:,} lines"
     )
-    if rep["files_read"] == 0:
+    if rep["files_read"] == 0 and not rep.get("store_read"):
         click.echo("nothing could be read: no diagnosis")
     elif not rep["root_causes"] and not rep["symptoms"] and not rep.get("stored_incidents"):
         click.echo("no known failure found")
@@ -379,13 +394,17 @@ def _print_report(rep: dict[str, Any]) -> None:
             f"  ({sym['rule']}, first at {e['path']}:{e['line']})"
         )
     if rep.get("stored_incidents"):
-        click.echo("\nINCIDENTS THE DOCTOR RECORDED (from the bundle's store)")
+        click.echo("\nINCIDENTS THE DOCTOR RECORDED (from its store)")
     for inc in rep.get("stored_incidents", []):
         seen = "" if inc["in_logs"] else "  (no root cause above: seen in samples or metrics)"
         click.echo(
             f"  #{inc['id']} {inc['state']} [{inc['category']}] {inc['subject']}:"
             f" {inc['summary']}{seen}"
         )
+    if rep.get("stored_samples"):
+        click.echo("\nDEVICES AS NPU-SMI LAST SHOWED THEM (from the doctor's samples)")
+    for sample in rep.get("stored_samples", []):
+        click.echo(f"  {sample['subject']}: {describe(sample)}")
     if rep["timeline"]:
         click.echo("\nTIMELINE")
     for t in rep["timeline"][:200]:
@@ -420,6 +439,7 @@ def _register() -> None:
             "silence": "ascend_doctor.cli.alerts:silence_group",
             "traces": "ascend_doctor.cli.traces:traces_group",
             "tui": "ascend_doctor.cli.tui:tui",
+            "demo": "ascend_doctor.cli.demo_cmd:demo",
         }
     )
     incidents.lazy.update(

@@ -22,11 +22,19 @@ from typing import Any
 import click
 
 from ascend_doctor.agent.remediation.policy import Policy
-from ascend_doctor.cli.common import InputError, open_store, resolve_state_dir, state_dir_option
+from ascend_doctor.cli.common import (
+    InputError,
+    open_store,
+    resolve_state_dir,
+    server_dirs,
+    server_option,
+    state_dir_option,
+)
 from ascend_doctor.cli.views import plural, when
 from ascend_doctor.core.config import RemediationConfig
 from ascend_doctor.core.errors import DoctorError
 from ascend_doctor.core.events import ACTIVE_STATES, IncidentState, ProcessState
+from ascend_doctor.core.ha import server_dir
 from ascend_doctor.core.incident_stats import category_stats
 from ascend_doctor.core.launch import LaunchSpec
 from ascend_doctor.core.procs import same_process
@@ -110,27 +118,37 @@ def exit_status(data: dict[str, Any]) -> int:
 
 @click.command("status")
 @state_dir_option
+@server_option
 @click.option("--json", "as_json", is_flag=True, help="The same as one JSON object.")
 @click.option("--utc", is_flag=True, help="Times in UTC instead of local time.")
-def status(state_dir: Path | None, as_json: bool, utc: bool) -> None:
-    """Is the doctor running, the server's state, incidents waiting for a human, the budget.
+def status(state_dir: Path | None, server: str | None, as_json: bool, utc: bool) -> None:
+    """Is the doctor running, the server's state, incidents waiting for a human, the budget
+    (with several [[servers]]: of each one, or of --server NAME).
 
     Exit status: 0 all well, 1 something needs a human (an escalated incident nobody
-    acknowledged, or the server not running), 2 no usable store, 3 the doctor not running.
+    acknowledged, or a server not running), 2 no usable store, 3 the doctor not running.
     """
-    store = open_store(state_dir)
-    try:
-        data = status_dict(store)
-    except DoctorError as exc:
-        raise InputError(str(exc)) from None
-    finally:
-        store.close()
+    shown: dict[str, dict[str, Any]] = {}
+    for name, d in server_dirs(state_dir, server):
+        store = open_store(d)
+        try:
+            shown[name] = status_dict(store)
+        except DoctorError as exc:
+            raise InputError(str(exc)) from None
+        finally:
+            store.close()
+    several = list(shown) != [""]
     if as_json:
-        click.echo(json.dumps(data, indent=2))
+        click.echo(json.dumps({"servers": shown} if several else shown[""], indent=2))
     else:
-        for line in status_lines(data, resolve_state_dir(state_dir), utc):
-            click.echo(line)
-    raise SystemExit(exit_status(data))
+        for name, data in shown.items():
+            if several:
+                click.echo(f"== server {name} ==")
+            d = resolve_state_dir(state_dir)
+            for line in status_lines(data, server_dir(d, name) if several else d, utc):
+                click.echo(line)
+    codes = [exit_status(data) for data in shown.values()]
+    raise SystemExit(DOCTOR_DOWN if DOCTOR_DOWN in codes else max(codes))
 
 
 def status_lines(data: dict[str, Any], state_dir: Path, utc: bool) -> list[str]:

@@ -15,7 +15,13 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ascend_doctor.cli.common import InputError, resolve_state_dir, state_dir_option
+from ascend_doctor.cli.common import (
+    InputError,
+    resolve_state_dir,
+    server_dirs,
+    server_option,
+    state_dir_option,
+)
 from ascend_doctor.core.errors import DoctorError
 from ascend_doctor.core.store import STORE_NAME, Store
 
@@ -25,6 +31,7 @@ if TYPE_CHECKING:
 
 @click.command("tui")
 @state_dir_option
+@server_option
 @click.option(
     "--store",
     "store_file",
@@ -33,8 +40,9 @@ if TYPE_CHECKING:
     help="Read this store file instead (a copy taken post-mortem; its logs are looked for "
     "beside it), or the store inside a support bundle (ascend-doctor bundle's .tar.gz).",
 )
-def tui(state_dir: Path | None, store_file: Path | None) -> None:
-    """A live view of devices, server, logs, incidents and traces (read from the store)."""
+def tui(state_dir: Path | None, server: str | None, store_file: Path | None) -> None:
+    """A live view of devices, server, logs, incidents and traces (read from the store); with
+    several [[servers]], one at a time (s: the next one)."""
     from ascend_doctor.tui.data import Source
 
     if state_dir is not None and store_file is not None:
@@ -61,9 +69,14 @@ def tui(state_dir: Path | None, store_file: Path | None) -> None:
         source = Source(store_file)
     else:
         d = resolve_state_dir(state_dir)
-        if not (d / STORE_NAME).exists():
+        dirs = server_dirs(d, server)
+        if dirs[0][0]:  # several [[servers]]: one at a time, s shows the next
+            source = Source(dirs[0][1] / STORE_NAME, dirs[0][1], dirs if server is None else ())
+            source.server = dirs[0][0]
+        elif not (d / STORE_NAME).exists():
             raise InputError(f"{d / STORE_NAME}: no store here (has the doctor run?)")
-        source = Source.for_state_dir(d)
+        else:
+            source = Source.for_state_dir(d)
     _run_tui(source)
 
 

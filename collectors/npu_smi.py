@@ -18,7 +18,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from ascend_doctor.collectors.base import CollectorSpec
+from ascend_doctor.collectors.npu_smi_ecc import ecc_subjects, parse_ecc
 from ascend_doctor.collectors.npu_smi_format import (
+    CHIP_RESET_ANSWERS,
     COLLECTOR,
     HEALTH_STATES,
     RESET_ANSWERS,
@@ -137,11 +139,14 @@ async def run_npu_smi(
         await asyncio.wait([capture.finished], timeout=_KILL_GRACE)
     finally:
         # Also runs when the caller cancels us: never leave the group or the pipes behind,
-        # and reap the leader (bounded: a process stuck in the driver ignores SIGKILL).
-        if not capture.exited.done():
-            _kill_group(pid)
-            await asyncio.wait([capture.exited], timeout=_KILL_GRACE)
-        transport.close()
+        # and reap the leader (bounded: a process stuck in the driver ignores SIGKILL). A
+        # second cancellation (a shutdown) may end the wait: the transport is closed anyway.
+        try:
+            if not capture.exited.done():
+                _kill_group(pid)
+                await asyncio.wait([capture.exited], timeout=_KILL_GRACE)
+        finally:
+            transport.close()
 
     return NpuSmiResult(
         argv=argv,
@@ -166,8 +171,48 @@ USAGE_KEYS = {
 """``npu-smi info -t usages`` pairs kept, by sample value name."""
 
 
+class EccReader:
+    """``npu-smi info -t ecc -i N`` for every card, at most every ``interval`` seconds (one
+    process per card: the counters change rarely, the main table is read far more often).
+    The last counters of each chip are kept, so every sample carries them."""
+
+    def __init__(
+        self, binary: str, *, timeout: float, interval: float, clock: Callable[[], float]
+    ) -> None:
+        self.binary = binary
+        self.timeout = timeout
+        self.interval = interval
+        self._clock = clock
+        self._read_at: float | None = None
+        self.last: dict[str, dict[str, int]] = {}
+        """The counters by subject (``npu3``, ``npu3.1``)."""
+
+    async def read(self, cards: list[int]) -> dict[str, dict[str, int]]:
+        """The counters, read again when ``interval`` has passed; a card that cannot be
+        read keeps its last counters (or has none)."""
+        now = self._clock()
+        if self.interval <= 0 or (
+            self._read_at is not None and now - self._read_at < self.interval
+        ):
+            return self.last
+        self._read_at = now
+
+        async def one(npu: int) -> dict[str, dict[str, int]]:
+            args = ["info", "-t", "ecc", "-i", str(npu)]
+            try:
+                res = await run_npu_smi(self.binary, args, timeout=self.timeout)
+            except CollectorError:
+                return {}
+            return ecc_subjects(npu, parse_ecc(res.stdout)) if res.returncode == 0 else {}
+
+        for found in await asyncio.gather(*(one(n) for n in cards)):
+            self.last.update(found)
+        return self.last
+
+
 class NpuSmiCollector:
-    """One ``npu-smi info`` per run, plus ``-t health`` for devices that are not OK.
+    """One ``npu-smi info`` per run, plus ``-t health`` for devices that are not OK, and each
+    card's ``-t ecc`` counters every ``ecc_interval`` seconds (``EccReader``).
 
     Output that does not parse is counted and its last raw text kept (``last_raw``) for
     whoever debugs the parser; a dcmi return code (-8005, -8020, ...) is kept in
@@ -185,6 +230,8 @@ class NpuSmiCollector:
         board: bool = True,
         trend_window: float = 3600.0,
         serving: Callable[[], bool] = lambda: True,
+        ecc_interval: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.binary = binary
         self.timeout = timeout
@@ -199,6 +246,8 @@ class NpuSmiCollector:
         self.last_raw = ""
         self.last_dcmi: tuple[int, str] | None = None
         self._boards: dict[str, dict[str, str]] = {}
+        self.ecc = EccReader(binary, timeout=timeout, interval=ecc_interval, clock=clock)
+        """Each card's ECC counters, read every ``ecc_interval`` and kept on every sample."""
 
     async def collect(self) -> list[Sample]:
         """Samples of every chip; CollectorError when npu-smi fails, hangs or says nothing."""
@@ -224,8 +273,12 @@ class NpuSmiCollector:
         samples = samples_from_info(info, started)
         if self.board:
             await self._read_boards([s.subject for s in samples if s.subject not in self._boards])
+        ecc = await self.ecc.read(sorted({d.npu for d in info.devices}))
         out = []
         for sample in samples:
+            if sample.subject in ecc:
+                sample = Sample(sample.collector, sample.subject, sample.at,
+                                {**sample.values, **ecc[sample.subject]})  # fmt: skip
             if sample.values.get("health") not in ("OK", None):
                 sample = await self._with_health_detail(sample)
             if self.usages and "." not in sample.subject:
@@ -316,6 +369,7 @@ SPEC = CollectorSpec(
         usages=ctx.config.npu_smi.usages,
         trend_window=ctx.config.npu_smi.trend_window,
         serving=ctx.serving,
+        ecc_interval=ctx.config.npu_smi.ecc_interval,
     ),
     enabled=lambda cfg: cfg.npu_smi.enabled,
     interval=lambda cfg: cfg.npu_smi.interval,
@@ -324,6 +378,7 @@ SPEC = CollectorSpec(
 
 
 __all__ = [
+    "CHIP_RESET_ANSWERS",
     "COLLECTOR",
     "HEALTH_STATES",
     "RESET_ANSWERS",

@@ -343,6 +343,11 @@ reboot all devices, do you want to continue reboot? [y/n]``. Only sent once ever
 reset may take was found idle or the server's own (npucli ``show_reset_risk``,
 ``check_confirm_info``)."""
 
+CHIP_RESET_ANSWERS = "Y\n"
+"""With ``remediation.reset_scope = "chip"``: yes to the first question only. On a board that
+asks the second (HCCS on: every NPU would reset) stdin is closed, npu-smi reads EOF and the
+reset aborts (exit 211) instead of taking down the other servers' cards."""
+
 
 @dataclass(frozen=True, slots=True)
 class ResetResult:
@@ -417,6 +422,7 @@ def reset_command(device: int | None, chip: int = 0) -> list[str]:
 
 
 __all__ = [
+    "CHIP_RESET_ANSWERS",
     "COLLECTOR",
     "HEALTH_STATES",
     "RESET_ANSWERS",

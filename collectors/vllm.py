@@ -1,5 +1,9 @@
 """The ``vllm`` collector: /health (status, latency), /metrics and /v1/models.
 
+From /metrics also the API server's resident memory (the process collector's
+``process_resident_memory_bytes``) and its trend beside npu-smi's HBM and the process tree's
+RSS (``api_rss_growth_mb_per_h``, ``api_rss_oom_eta_s``).
+
 ``parse_metrics`` is pure and reads both the v1 metric names and the older ones
 (``vllm:gpu_cache_usage_perc``); counters and histograms are summed over label
 sets (engines, models). Latency quantiles are computed over the interval from
@@ -17,9 +21,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
 from ascend_doctor.collectors.base import CollectorSpec, Tally
+from ascend_doctor.collectors.trend import Trend
 from ascend_doctor.core.errors import CollectorError
 from ascend_doctor.core.events import Sample
 
@@ -44,6 +50,17 @@ HISTOGRAMS = {
     "vllm:inter_token_latency_seconds": "itl",
     "vllm:time_per_output_token_seconds": "itl",  # its name before vLLM v1
 }
+PROCESS = {
+    "process_resident_memory_bytes": "api_rss_bytes",
+    "process_start_time_seconds": "api_started_at",
+}
+"""The only memory gauge a released vLLM's /metrics has: prometheus_client's process
+collector, about the API server process alone, and only with one API server (with
+``--api-server-count`` > 1 vLLM sets ``PROMETHEUS_MULTIPROC_DIR`` and the multiprocess registry
+has no process metrics: ``vllm/v1/metrics/prometheus.py`` ``get_prometheus_registry``). No
+``vllm:`` gauge is memory in 0.11-0.23 (``vllm:kv_cache_usage_perc`` is the share of KV blocks
+in use), and vLLM-Ascend's ``engine:memory:*`` is set once at warm-up on its main branch only
+(docs/healthy-looking.md)."""
 BASELINED = ("ttft_p99", "itl_p99")
 """Latencies compared with their own baseline (``<name>_ratio``, ``latency_p99_ratio``)."""
 
@@ -68,8 +85,8 @@ def parse_metrics(text: str) -> VllmMetrics:
     try:
         for family in text_string_to_metric_families(text):
             for s in family.samples:
-                if s.name in GAUGES or s.name in COUNTERS:
-                    key = GAUGES.get(s.name) or COUNTERS[s.name]
+                if s.name in GAUGES or s.name in COUNTERS or s.name in PROCESS:
+                    key = GAUGES.get(s.name) or COUNTERS.get(s.name) or PROCESS[s.name]
                     values[key] = values.get(key, 0.0) + float(s.value)
                 elif s.name.endswith("_bucket") and s.name[: -len("_bucket")] in HISTOGRAMS:
                     key = HISTOGRAMS[s.name[: -len("_bucket")]]
@@ -158,6 +175,9 @@ class VllmCollector:
         timeout: float = 5.0,
         baseline_seconds: float = 3600.0,
         canary_tokens: Tally | None = None,
+        trend_window: float = 3600.0,
+        host_available: Callable[[], int] = lambda: int(psutil.virtual_memory().available),
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.canary_tokens = canary_tokens or Tally()
@@ -165,10 +185,15 @@ class VllmCollector:
         self._previous: VllmMetrics | None = None
         self.baseline = LatencyBaseline(baseline_seconds)
         """TTFT and inter-token latency p99 baselines (the first healthy hour)."""
+        self.rss_trend = Trend(trend_window)
+        """The API server's resident memory as its /metrics says it, while it is the same
+        process (``process_start_time_seconds``)."""
+        self._host_available = host_available
+        self._clock = clock
 
     async def collect(self) -> list[Sample]:
         """One sample of subject ``server``; a server that does not answer is a sample too."""
-        at = time.time()
+        at = self._clock()
         values: dict[str, Any] = {}
         async with httpx.AsyncClient(timeout=self.timeout, trust_env=False) as client:
             t0 = time.monotonic()
@@ -187,6 +212,7 @@ class VllmCollector:
             except (httpx.HTTPError, ValueError) as exc:
                 raise CollectorError(f"vllm: {type(exc).__name__}: {exc}") from None
         values.update(metrics.values)
+        values.update(self._rss(at, values))
         values.update({f"cache_{k}": v for k, v in metrics.cache_config.items()})
         data = models.get("data") if isinstance(models, dict) else None
         if data and isinstance(data[0], dict) and "max_model_len" in data[0]:
@@ -211,6 +237,22 @@ class VllmCollector:
         self._previous = metrics
         values.update(self.baseline.update(at, values))
         return [Sample(COLLECTOR, "server", at, values)]
+
+    def _rss(self, at: float, values: dict[str, Any]) -> dict[str, Any]:
+        """The API server's memory trend: growth and the time until the host is out of it
+        (its limit: what it has plus what the host has free, as the process tree's)."""
+        rss = values.get("api_rss_bytes")
+        if not isinstance(rss, int | float) or rss <= 0:
+            self.rss_trend = Trend(self.rss_trend.window)
+            return {}
+        limit = rss + self._host_available()
+        est = self.rss_trend.add(at, float(rss), float(limit), values.get("api_started_at"))
+        if est is None:
+            return {}
+        return {
+            "api_rss_growth_mb_per_h": round(est.growth_per_hour / (1 << 20), 1),
+            "api_rss_oom_eta_s": est.eta_s,
+        }
 
 
 def health_probe(base_url: str, timeout: float = 2.0) -> Callable[[], Awaitable[bool | None]]:
@@ -237,6 +279,8 @@ SPEC = CollectorSpec(
         timeout=ctx.config.vllm.timeout,
         baseline_seconds=ctx.config.vllm.baseline_seconds,
         canary_tokens=ctx.canary_tokens,
+        # the API server's RSS is host memory, as the process tree's: the same window
+        trend_window=ctx.config.process.trend_window,
     ),
     enabled=lambda cfg: cfg.vllm.enabled,
     interval=lambda cfg: cfg.vllm.interval,

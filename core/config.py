@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ascend_doctor.core.config_evidence import EvidenceConfig
+from ascend_doctor.core.ha import HAConfig, ServerEntry
+
 
 @dataclass(frozen=True)
 class ServerConfig:
@@ -93,6 +96,8 @@ class NpuSmiConfig:
     """Seconds before a hung npu-smi is killed."""
     usages: bool = False
     """Also run ``npu-smi info -t usages -i N`` per device (vector core, bandwidth rates)."""
+    ecc_interval: float = 60.0
+    """Seconds between reads of each card's ECC counters (``npu-smi info -t ecc``); 0: never."""
     trend_window: float = 3600.0
     """Seconds of HBM samples the memory-creep trend fits (``hbm_oom_eta_s``); an estimate
     comes once the samples span half of it."""
@@ -183,6 +188,10 @@ class RemediationConfig:
     """How much one step lowers --gpu-memory-utilization."""
     allow_device_reset: bool = False
     """Allow ``npu-smi set -t reset`` on this server's devices (needs root on real hosts)."""
+    reset_scope: str = "board"
+    """What one reset takes down: ``board`` (HCCS on: every NPU of an Atlas 800T A2), or
+    ``chip`` (HCCS off): only the failed NPU; npu-smi's board-wide question is then answered
+    no, and the reset aborts rather than touch the other servers' cards."""
     reset_settle: float = 20.0
     """Seconds to wait after a device reset before checking its health."""
     command_timeout: float = 120.0
@@ -246,9 +255,6 @@ class IncidentsConfig:
 
     window: float = 120.0
     """Findings of a category and subject within this many seconds join one incident."""
-
-
-# -- alerts (issue 9) ------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -329,9 +335,6 @@ class AlertsConfig:
     """Cap of the retry delay, in seconds."""
 
 
-# -- telemetry (issue 7: OpenTelemetry traces, metrics, the server's request spans) --------
-
-
 @dataclass(frozen=True)
 class TelemetryConfig:
     """OpenTelemetry export: traces and metrics over OTLP, a Prometheus scrape endpoint.
@@ -380,24 +383,6 @@ class TracingConfig:
 
 
 @dataclass(frozen=True)
-class EvidenceConfig:
-    """What is kept of a live server before it is restarted or reset."""
-
-    keep: int = 50
-    """Snapshots kept under ``<state dir>/diagnostics`` (the oldest go first)."""
-    max_mb: float = 512.0
-    """Megabytes all snapshots may take together."""
-    stacks: bool = True
-    """Dump the Python stacks of every server process (``py-spy dump`` when installed,
-    the ``stacks`` extra; else the threads' kernel side from /proc)."""
-    py_spy: str = "py-spy"
-    """The py-spy binary."""
-    on_supervisor_restart: bool = True
-    """Also before the supervisor restarts a server that failed its health probes or
-    crashed, not only before remediation steps."""
-
-
-@dataclass(frozen=True)
 class Config:
     """The whole configuration."""
 
@@ -423,11 +408,16 @@ class Config:
     """``[tracing]``."""
     evidence: EvidenceConfig = field(default_factory=EvidenceConfig)
     """``[evidence]``."""
+    servers: tuple[ServerEntry, ...] = ()
+    """``[[servers]]``: several servers under one doctor (instead of a command after --)."""
+    ha: HAConfig = field(default_factory=HAConfig)
+    """``[ha]``."""
 
 
 CHOICES: dict[str, tuple[str, ...]] = {
     "remediation.mode": ("auto", "suggest", "off"),
     "remediation.on_escalation": ("stop", "keep"),
+    "remediation.reset_scope": ("board", "chip"),
     "logs.read_from": ("end", "beginning"),
     "alerts.sinks.type": ("pagerduty", "slack", "alertmanager", "webhook", "command"),
     "alerts.sinks.role": ("", "page", "notify"),
@@ -470,6 +460,8 @@ POSITIVE = {
     "telemetry.schedule_delay",
     "telemetry.metrics_interval",
     "tracing.receiver_max_bytes",
+    "ha.command_timeout",
+    "ha.max_wait",
 }
 
 

@@ -14,6 +14,7 @@ from typing import Any, get_args, get_origin, get_type_hints
 
 from ascend_doctor.core.config import CHOICES, POSITIVE, Config
 from ascend_doctor.core.errors import ConfigError
+from ascend_doctor.core.ha import check_servers
 
 
 def load_config(path: Path | None) -> Config:
@@ -29,6 +30,7 @@ def load_config(path: Path | None) -> Config:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
     config: Config = _build(Config, raw, "", _Source(path, text))
+    check_servers(config.servers, config.ha)
     return config
 
 
@@ -132,6 +134,10 @@ def _coerce(hint: Any, value: Any, dotted: str, src: _Source) -> Any:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise bad("a list of strings")
         return tuple(value)
+    if get_origin(hint) is dict:
+        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+            raise bad("a table of strings")
+        return dict(value)
     raise bad(f"a value of type {hint}")  # pragma: no cover - every field type is handled above
 
 

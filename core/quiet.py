@@ -76,7 +76,7 @@ def restart_moment(
     spacing = closer_together([*restarts, now])
     if spacing is not None:
         return None, spacing
-    for key in ("hbm_oom_eta_s", "rss_oom_eta_s"):
+    for key in ("hbm_oom_eta_s", "rss_oom_eta_s", "api_rss_oom_eta_s"):
         try:
             if float(captures[key]) - since_found < 3 * cfg.quiet_retry:
                 return None  # memory is full before the next look: no time to wait

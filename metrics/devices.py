@@ -15,13 +15,13 @@ read an immutable snapshot the daemon's loop replaces.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from opentelemetry.metrics import CallbackOptions, Meter, Observation
+from opentelemetry.metrics import Meter
 
 from ascend_doctor.core.events import Finding
+from ascend_doctor.metrics.observe import Kind, Point, Read, observe
 
 MIB = 1024 * 1024
 
@@ -81,6 +81,34 @@ def fault_codes(value: Any) -> frozenset[str]:
     return frozenset(c for c in _CODE_SPLIT.split(value.strip()) if c and c not in ("NA", "0"))
 
 
+_VALUES: tuple[tuple[str, str, str, str, Kind], ...] = (
+    ("power", "hw.power", "W", "Power drawn by the NPU board", Kind.GAUGE),
+    ("temperature", "hw.npu.temperature", "Cel", "NPU chip temperature", Kind.GAUGE),
+    ("utilization", "hw.npu.utilization", "1", "AI Core busy, 0..1", Kind.GAUGE),
+    # additive (a host's HBM is the sum of its cards'): up-down counters, as the
+    # conventions' hw.gpu.memory.usage and .limit
+    ("memory.usage", "hw.npu.memory.usage", "By", "NPU HBM in use", Kind.UP_DOWN),
+    ("memory.limit", "hw.npu.memory.limit", "By", "NPU HBM size", Kind.UP_DOWN),
+)
+"""(value key, instrument, unit, description, kind) of each per-device value."""
+
+_ECC: tuple[tuple[str, str, str], ...] = (
+    ("hw.npu.hbm.ecc.errors", "{error}", "HBM ECC errors since the counters were cleared "
+     "(npu-smi info -t ecc; ecc_type double_bit: uncorrectable)"),
+    ("hw.npu.hbm.ecc.errors.aggregate", "{error}", "HBM ECC errors over the card's life"),
+    ("hw.npu.hbm.ecc.isolated_pages", "{page}", "HBM pages isolated for ECC errors"),
+)  # fmt: skip
+"""(instrument, unit, description) of the ECC counters, each with ``ecc_type`` single_bit and
+double_bit: NPU Exporter's six ``npu_chip_info_hbm_ecc_*`` gauges (mind-cluster
+``component/npu-exporter/collector/metrics/collector_for_hbm.go``) under the hardware names."""
+_ECC_KEYS = {
+    "hw.npu.hbm.ecc.errors": "hbm_ecc_{}_errors",
+    "hw.npu.hbm.ecc.errors.aggregate": "hbm_ecc_{}_total",
+    "hw.npu.hbm.ecc.isolated_pages": "hbm_ecc_{}_isolated_pages",
+}
+_ECC_TYPES = ("single_bit", "double_bit")
+
+
 @dataclass(frozen=True)
 class _Device:
     attrs: dict[str, str]
@@ -94,11 +122,13 @@ class DeviceMetrics:
 
     def __init__(self, meter: Meter) -> None:
         self._devices: dict[str, _Device] = {}
-        meter.create_observable_up_down_counter(
+        observe(
+            meter,
             "hw.status",
-            [self._observe_status],
+            self._status,
             unit="1",
             description="Operational status of the NPU: 1 for its hw_state, 0 for the others",
+            kind=Kind.UP_DOWN,
         )
         self.errors = meter.create_counter(
             "hw.errors",
@@ -106,56 +136,39 @@ class DeviceMetrics:
             description="NPU faults: each npu-smi error code as it appears, each device fault "
             "read from the logs (error_type is the code or the rule)",
         )
-        meter.create_observable_gauge(
-            "hw.power",
-            [self._observer("power")],
-            unit="W",
-            description="Power drawn by the NPU board",
-        )
-        meter.create_observable_gauge(
-            "hw.npu.temperature",
-            [self._observer("temperature")],
-            unit="Cel",
-            description="NPU chip temperature",
-        )
-        meter.create_observable_gauge(
-            "hw.npu.utilization",
-            [self._observer("utilization")],
-            unit="1",
-            description="AI Core busy, 0..1",
-        )
-        # additive (a host's HBM is the sum of its cards'): up-down counters, as the
-        # conventions' hw.gpu.memory.usage and .limit
-        meter.create_observable_up_down_counter(
-            "hw.npu.memory.usage",
-            [self._observer("memory.usage")],
-            unit="By",
-            description="NPU HBM in use",
-        )
-        meter.create_observable_up_down_counter(
-            "hw.npu.memory.limit",
-            [self._observer("memory.limit")],
-            unit="By",
-            description="NPU HBM size",
-        )
+        for key, name, unit, description, kind in _VALUES:
+            observe(meter, name, self._values(key), unit=unit, description=description, kind=kind)
+        for name, unit, description in _ECC:
+            observe(meter, name, self._ecc(name), unit=unit, description=description)
 
-    # -- callbacks -----------------------------------------------------------------------------
+    # -- what the metric reader reads (the last snapshot of every device) ----------------------
 
     def _snapshot(self) -> list[_Device]:
         return list(self._devices.values())
 
-    def _observe_status(self, options: CallbackOptions) -> Iterable[Observation]:
-        for dev in self._snapshot():
-            for state in HW_STATES:
-                yield Observation(1 if dev.state == state else 0, {**dev.attrs, "hw.state": state})
+    def _status(self) -> list[Point]:
+        return [
+            (1 if dev.state == state else 0, {**dev.attrs, "hw.state": state})
+            for dev in self._snapshot()
+            for state in HW_STATES
+        ]
 
-    def _observer(self, key: str) -> Callable[[CallbackOptions], Iterable[Observation]]:
-        def observe(options: CallbackOptions) -> Iterable[Observation]:
-            for dev in self._snapshot():
-                if key in dev.values:
-                    yield Observation(dev.values[key], dev.attrs)
+    def _values(self, key: str) -> Read:
+        def read() -> list[Point]:
+            return [(d.values[key], d.attrs) for d in self._snapshot() if key in d.values]
 
-        return observe
+        return read
+
+    def _ecc(self, name: str) -> Read:
+        def read() -> list[Point]:
+            return [
+                (d.values[key], {**d.attrs, "ecc_type": kind})
+                for d in self._snapshot()
+                for kind in _ECC_TYPES
+                if (key := f"{name}/{kind}") in d.values
+            ]
+
+        return read
 
     # -- feeds ---------------------------------------------------------------------------------
 
@@ -172,11 +185,20 @@ class DeviceMetrics:
         ):
             if (v := _num(data.get(key))) is not None:
                 values[name] = v * scale
+        for name, pattern in _ECC_KEYS.items():
+            for kind in _ECC_TYPES:
+                if (v := _num(data.get(pattern.format(kind)))) is not None:
+                    values[f"{name}/{kind}"] = v
         health = str(data.get("health") or "")
         codes = fault_codes(data.get("health_error_code")) if health != "OK" else frozenset()
         before = self._devices.get(subject)
         for code in sorted(codes - (before.codes if before else frozenset())):
             self.errors.add(1, {**attrs, "error.type": code})
+        # each new uncorrectable ECC error is one of the device's errors
+        key = "hw.npu.hbm.ecc.errors.aggregate/double_bit"
+        if before is not None and key in values and key in before.values:
+            if (rise := values[key] - before.values[key]) > 0:
+                self.errors.add(int(rise), {**attrs, "error.type": "hbm_ecc_double_bit"})
         self._devices[subject] = _Device(attrs, values, HEALTH_TO_STATE.get(health), codes)
 
     def finding(self, finding: Finding) -> None:

@@ -13,13 +13,13 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
 
 from ascend_doctor.core.events import ActionResult, Finding, Incident, ProcessEvent
 from ascend_doctor.core.store_spans import SpanRecord
 from ascend_doctor.metrics.devices import DeviceMetrics
 from ascend_doctor.metrics.incidents import IncidentMetrics
+from ascend_doctor.metrics.observe import Kind, observe, one
 from ascend_doctor.metrics.server import SECONDS_BUCKETS, ServerMetrics
 
 METER = "ascend_doctor"
@@ -44,11 +44,13 @@ class DoctorMetrics:
         self.devices = DeviceMetrics(m)
         self.server = ServerMetrics(m)
         self.incidents = IncidentMetrics(m, budget_per_hour=budget_per_hour)
-        m.create_observable_counter(
+        observe(
+            m,
             "ascend_doctor.log.lines",
-            [self._observe_lines],
+            lambda: one(self._lines_read()),
             unit="{line}",
             description="Log lines read",
+            kind=Kind.COUNTER,
         )
         self.findings = m.create_counter(
             "ascend_doctor.findings", unit="{finding}", description="Findings recorded"
@@ -58,9 +60,10 @@ class DoctorMetrics:
             unit="{decision}",
             description="Remediation decisions, taken or not, by action and outcome",
         )
-        m.create_observable_gauge(
+        observe(
+            m,
             "ascend_doctor.tail.lag",
-            [self._observe_lag],
+            lambda: one(round(time.monotonic() - self._drained_at, 3)),
             unit="s",
             description="Seconds since the tailer last read every file to its end",
         )
@@ -75,11 +78,13 @@ class DoctorMetrics:
             unit="{failure}",
             description="Failed collector runs",
         )
-        m.create_observable_counter(
+        observe(
+            m,
             "ascend_doctor.spans.dropped",
-            [self._observe_dropped],
+            lambda: [(n, {"pipeline": p}) for p, n in self._spans_dropped().items()],
             unit="{span}",
             description="Spans lost on the way to the OTLP endpoint, by pipeline",
+            kind=Kind.COUNTER,
         )
         self.received_spans = m.create_counter(
             "ascend_doctor.receiver.spans",
@@ -91,18 +96,6 @@ class DoctorMetrics:
             unit="{request}",
             description="Receiver requests rejected, by reason",
         )
-
-    # -- callbacks (run by the metric reader) --------------------------------------------------
-
-    def _observe_lines(self, options: CallbackOptions) -> Iterable[Observation]:
-        yield Observation(self._lines_read())
-
-    def _observe_dropped(self, options: CallbackOptions) -> Iterable[Observation]:
-        for pipeline, count in self._spans_dropped().items():
-            yield Observation(count, {"pipeline": pipeline})
-
-    def _observe_lag(self, options: CallbackOptions) -> Iterable[Observation]:
-        yield Observation(round(time.monotonic() - self._drained_at, 3))
 
     # -- feeds ---------------------------------------------------------------------------------
 

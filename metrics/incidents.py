@@ -12,9 +12,10 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 
-from opentelemetry.metrics import CallbackOptions, Meter, Observation
+from opentelemetry.metrics import Meter
 
 from ascend_doctor.core.events import ACTIVE_STATES, Incident, IncidentState
+from ascend_doctor.metrics.observe import Kind, Point, observe, one
 
 _Key = tuple[str, str, str]  # category, severity, state
 
@@ -59,32 +60,35 @@ class IncidentMetrics:
             description="Since the previous incident of the category opened",
         )
         self._last_opened: dict[str, float] = {}
-        meter.create_observable_up_down_counter(
+        observe(
+            meter,
             "ascend_doctor.incidents.active",
-            [self._observe_active],
+            self._active_points,
             unit="{incident}",
             description="Incidents that need attention now: open or mitigating, or escalated "
             "and not acknowledged",
+            kind=Kind.UP_DOWN,
         )
-        meter.create_observable_gauge(
+        observe(
+            meter,
             "ascend_doctor.remediation.budget.remaining",
-            [self._observe_budget],
+            self._budget_left,
             unit="{step}",
             description="Remediation steps the host budget still allows in the last hour",
         )
 
-    def _observe_active(self, options: CallbackOptions) -> Iterable[Observation]:
+    def _active_points(self) -> list[Point]:
         counts = Counter(self._active.copy().values())
         # a group seen before reports 0, so a dashboard shows the incident ending
-        for key in sorted(self._seen | set(counts)):
-            category, severity, state = key
-            attrs = {"category": category, "severity": severity, "state": state}
-            yield Observation(counts.get(key, 0), attrs)
+        return [
+            (counts.get(key, 0), {"category": key[0], "severity": key[1], "state": key[2]})
+            for key in sorted(self._seen | set(counts))
+        ]
 
-    def _observe_budget(self, options: CallbackOptions) -> Iterable[Observation]:
+    def _budget_left(self) -> list[Point]:
         now = self._clock()
         used = sum(1 for at in self._steps if now - at < 3600)
-        yield Observation(max(0, self._budget - used))
+        return one(max(0, self._budget - used))
 
     def track(self, incident: Incident) -> None:
         """Know an incident's current state (every change, and those open at start-up)."""

@@ -13,10 +13,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from opentelemetry.metrics import CallbackOptions, Meter, Observation
+from opentelemetry.metrics import Meter
 
 from ascend_doctor.core.events import ProcessEvent, ProcessState
 from ascend_doctor.core.store_spans import SpanRecord
+from ascend_doctor.metrics.observe import Kind, Point, observe
 
 SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 """Bucket bounds for the doctor's own durations (probes, collector runs)."""
@@ -41,12 +42,14 @@ class ServerMetrics:
 
     def __init__(self, meter: Meter) -> None:
         self._state: ProcessState | None = None
-        meter.create_observable_up_down_counter(
+        observe(
+            meter,
             "ascend_doctor.server.state",
-            [self._observe_state],
+            self._states,
             unit="1",
             description="The server's state as the doctor supervises it: 1 for the current "
             "state, 0 for the others",
+            kind=Kind.UP_DOWN,
         )
         self.starts = meter.create_counter(
             "ascend_doctor.server.starts",
@@ -84,12 +87,11 @@ class ServerMetrics:
             explicit_bucket_boundaries_advisory=TPOT_BUCKETS,
         )
 
-    def _observe_state(self, options: CallbackOptions) -> Iterable[Observation]:
+    def _states(self) -> list[Point]:
         current = self._state
         if current is None:
-            return
-        for state in ProcessState:
-            yield Observation(1 if state == current else 0, {"state": state.value})
+            return []
+        return [(1 if state == current else 0, {"state": state.value}) for state in ProcessState]
 
     def process_event(self, event: ProcessEvent) -> None:
         """A recorded change of the server's state."""

@@ -10,7 +10,7 @@ import operator
 import re
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ascend_doctor.core.events import (
@@ -23,6 +23,7 @@ from ascend_doctor.core.events import (
 from ascend_doctor.rules.blocks import merge_blocks
 from ascend_doctor.rules.catalogue import Catalogues, load_catalogues
 from ascend_doctor.rules.codes import CODE_KEYS, CodeIndex
+from ascend_doctor.rules.ecc import EccWatch
 from ascend_doctor.rules.findings import (
     code_finding,
     context_evidence,
@@ -105,6 +106,7 @@ class Engine:
         matcher: str = "auto",
         catalogues: Catalogues | None = None,
         unrecognised: bool = True,
+        npu_smi_seen: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         self.rules = rules
         self.context_before = context_before
@@ -127,6 +129,7 @@ class Engine:
         self.templates: Templates | None = Templates() if unrecognised else None
         """Mines the templates of unrecognised errors, learning in scan order (None: off)."""
         self._firing: set[tuple[str, str]] = set()
+        self._ecc = EccWatch(npu_smi_seen)
         self._since: dict[tuple[str, str], float] = {}
         self.lines_scanned = 0
         self.matches = 0
@@ -242,9 +245,12 @@ class Engine:
         )
 
     def evaluate(self, samples: Iterable[Sample]) -> list[Finding]:
-        """Threshold findings; a rule fires once when its condition becomes true per subject."""
+        """Threshold findings; a rule fires once when its condition becomes true per subject.
+        npu-smi's ECC counters are judged against the sample before (rules/ecc.py)."""
         out = []
         for sample in samples:
+            if (ecc := self._ecc.evaluate(sample)) is not None:
+                out.append(ecc)
             for rule in self.rules.thresholds:
                 if sample.collector not in rule.sources:
                     continue

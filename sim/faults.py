@@ -33,6 +33,9 @@ class Fault:
     """The driver's line in the host kernel log (``/var/log/messages``), or empty."""
     driver_hang: bool = False
     """The holder is stuck in the driver for a while before it can exit."""
+    ecc_double_bit: int = 0
+    """Uncorrectable (double-bit) HBM ECC errors the fault adds to the card's counters, and
+    pages the driver isolates for them (``npu-smi info -t ecc``)."""
 
 
 FAULTS: dict[str, Fault] = {
@@ -74,6 +77,7 @@ FAULTS: dict[str, Fault] = {
             ),
         ),
         kernel_text="",
+        ecc_double_bit=1,
     ),
 }
 

@@ -161,6 +161,12 @@ class SimHost:
             dev["fault"] = spec.name
             dev["error_code"] = spec.error_code
             dev["error_info"] = spec.error_info
+            if spec.ecc_double_bit:
+                # the counters keep what happened: a reset or a repair does not clear them
+                # (only `npu-smi clear -t ecc-info` does), as on real cards
+                ecc = dev.setdefault("ecc", {})
+                for key in ("double_bit", "double_bit_total", "double_bit_isolated"):
+                    ecc[key] = int(ecc.get(key, 0)) + spec.ecc_double_bit
 
     def repair(self, device: int) -> None:
         """Replace the card: ``device`` is healthy again (between scenarios)."""

@@ -22,6 +22,7 @@ from ascend_doctor.sim.npu_smi_format import (
     HELP,
     USAGE,
     render_board,
+    render_ecc,
     render_health,
     render_info,
     render_usages,
@@ -102,7 +103,7 @@ def _info(path: Path, opts: dict[str, str]) -> int:
             return INVALID_PARAMETER
         sys.stdout.write(render_info(state))
         return NPU_OK
-    if kind not in ("health", "usages", "board") or "-i" not in opts:
+    if kind not in ("health", "usages", "board", "ecc") or "-i" not in opts:
         sys.stdout.write(USAGE)
         return INVALID_PARAMETER
     dev = _device(state, opts)
@@ -112,6 +113,8 @@ def _info(path: Path, opts: dict[str, str]) -> int:
         sys.stdout.write(render_health(dev))
     elif kind == "usages":
         sys.stdout.write(render_usages(dev, state["processes"]))
+    elif kind == "ecc":
+        sys.stdout.write(render_ecc(dev))
     else:
         sys.stdout.write(render_board(dev, chip="-c" in opts))
     return NPU_OK

@@ -172,6 +172,34 @@ def render_board(dev: dict[str, Any], chip: bool) -> str:
     )
 
 
+ECC_FIELDS = (
+    ("HBM Single Bit Error Count", "single_bit"),
+    ("HBM Double Bit Error Count", "double_bit"),
+    ("HBM Single Bit Aggregate Total Err Cnt", "single_bit_total"),
+    ("HBM Double Bit Aggregate Total Err Cnt", "double_bit_total"),
+    ("HBM Single Bit Isolated Pages Count", "single_bit_isolated"),
+    ("HBM Double Bit Isolated Pages Count", "double_bit_isolated"),
+)
+"""``printf_hbm_ecc_info``'s lines in order, with the device state's counter for each."""
+
+
+def render_ecc(dev: dict[str, Any]) -> str:
+    """``npu-smi info -t ecc -i N`` on a 910B card, as ``show_ascend_card_info`` with
+    ``show_ascend_chip_ecc_info`` prints it (npucli ``npu_card_info.c``, ``npu_chip_info.c``,
+    ``npu_info_print.c``): the card header in ``%-40s`` pairs, no DDR lines on a 910B, the HBM
+    counters, the two next-isolated counts of a 910B, then the chip's id and a blank line."""
+    ecc: dict[str, int] = dev.get("ecc") or {}
+
+    def line(name: str, value: object) -> str:
+        return f"\t{name:<40} : {value}\n"
+
+    text = line("NPU ID", dev["id"]) + line("Chip Count", 1) + "\n"
+    text += "".join(line(name, int(ecc.get(key, 0))) for name, key in ECC_FIELDS)
+    text += line("HBM Single Bit Next-Isolated Pages Count", 0)
+    text += line("HBM Double Bit Next-Isolated Pages Count", 0)
+    return text + line("Chip ID", 0) + "\n"
+
+
 USAGE = "Usage: npu-smi info <watch|proc|-h|-m|-l|-t type> [Options...]\n"
 """What ``npu-smi info`` prints after a bad option (mind-cluster kg_parse capture)."""
 

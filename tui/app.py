@@ -39,6 +39,7 @@ class DoctorApp(App[None]):
         Binding("p", "profile", "profile"),
         Binding("r", "next_step", "next step"),
         Binding("o", "overview", "overview", show=False),
+        Binding("s", "next_server", "next server", show=False),
     ]
 
     def __init__(
@@ -60,7 +61,19 @@ class DoctorApp(App[None]):
 
     def on_mount(self) -> None:
         """Start on the overview."""
+        if self.source.server:
+            self.sub_title = f"server {self.source.server} (s: next server)"
         self.push_screen(OverviewScreen())
+
+    def action_next_server(self) -> None:
+        """``s``: with several [[servers]], show the next one (from its overview)."""
+        name = self.source.next_server()
+        if not name:
+            self.notify("this doctor runs one server", severity="warning")
+            return
+        self.sub_title = f"server {name} (s: next server)"
+        self.action_overview()
+        self.notify(f"showing server {name}")
 
     # -- navigation ------------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from itertools import pairwise
@@ -49,11 +49,34 @@ class Source:
     The one writable connection is opened only to add a request.
     """
 
-    def __init__(self, store_path: Path, state_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        store_path: Path,
+        state_dir: Path | None = None,
+        servers: Sequence[tuple[str, Path]] = (),
+    ) -> None:
         self.store_path = store_path
         self.state_dir = state_dir if state_dir is not None else store_path.parent
+        self.servers = list(servers)
+        """(name, state dir) of each server of a doctor of several; the first is shown."""
+        self.server = ""
+        """The name of the server shown ('' with one)."""
         self._lock = threading.Lock()
         self._lines: dict[tuple[str, int], int] = {}
+        if self.servers:
+            self._show(0)
+
+    def next_server(self) -> str:
+        """Show the next of several servers; its name ('' with one)."""
+        if self.servers:
+            names = [n for n, _ in self.servers]
+            self._show((names.index(self.server) + 1) % len(names))
+        return self.server
+
+    def _show(self, i: int) -> None:
+        with self._lock:  # a refresh in a worker never reads half of the switch
+            self.server, self.state_dir = self.servers[i]
+            self.store_path = self.state_dir / STORE_NAME
 
     @classmethod
     def for_state_dir(cls, state_dir: Path) -> Source:

@@ -12,7 +12,7 @@ from typing import Any
 from ascend_doctor.agent.remediation.context import Context, Done, Evidence
 from ascend_doctor.agent.remediation.launch_actions import to_int
 from ascend_doctor.collectors.npu_smi import reset_command
-from ascend_doctor.core.errors import CollectorError
+from ascend_doctor.core.errors import CollectorError, RemediationError
 from ascend_doctor.core.events import Incident, Outcome
 from ascend_doctor.core.procs import descendants, is_own, pid_alive
 from ascend_doctor.core.records import encode
@@ -91,6 +91,7 @@ async def reset_device(ctx: Context, inc: Incident, params: dict[str, Any], ev: 
     when another job holds any of them.
     """
     from ascend_doctor.collectors.npu_smi import (
+        CHIP_RESET_ANSWERS,
         RESET_ANSWERS,
         parse_info,
         parse_pairs,
@@ -117,7 +118,10 @@ async def reset_device(ctx: Context, inc: Incident, params: dict[str, Any], ev: 
     if ctx.server.running():
         pid = ctx.server.pid
         own.update(descendants(pid) if pid is not None else [])
-        await ctx.server.stop(f"stopping the server to reset device {device}")
+        try:
+            await ctx.server.stop(f"stopping the server to reset device {device}")
+        except RemediationError as exc:  # another server must keep serving (agent/fleet.py)
+            return Done(Outcome.REFUSED, f"reset refused: {exc}", p)
     deadline = ctx.clock() + ctx.config.command_timeout
     while True:
         try:
@@ -125,7 +129,8 @@ async def reset_device(ctx: Context, inc: Incident, params: dict[str, Any], ev: 
             info = parse_info(info_run.stdout)
         except CollectorError as exc:
             return Done(Outcome.FAILED, f"cannot read the process table before a reset: {exc}", p)
-        scope = sorted({d.npu for d in info.devices} | {device})
+        chip_only = ctx.config.reset_scope == "chip"
+        scope = [device] if chip_only else sorted({d.npu for d in info.devices} | {device})
         held = [pr for pr in info.processes if pr.npu in scope]
         foreign = [pr for pr in held if pid_alive(pr.pid) and not is_own(pr.pid, own)]
         if foreign:
@@ -154,7 +159,10 @@ async def reset_device(ctx: Context, inc: Incident, params: dict[str, Any], ev: 
     p["command"] = reset_command(device, chip)
     try:
         res = await run_npu_smi(
-            binary, p["command"][1:], timeout=ctx.config.command_timeout, answers=RESET_ANSWERS
+            binary,
+            p["command"][1:],
+            timeout=ctx.config.command_timeout,
+            answers=CHIP_RESET_ANSWERS if chip_only else RESET_ANSWERS,
         )
     except CollectorError as exc:
         return Done(Outcome.FAILED, str(exc), p)

@@ -33,9 +33,14 @@ def instance_id(store: Store) -> str:
     return value
 
 
-def build_resource(store: Store, devices: Sequence[Sample] = ()) -> Resource:
+SERVER_KEY = "ascend_doctor.server.name"
+"""Resource attribute naming the server, when the doctor runs several ([[servers]])."""
+
+
+def build_resource(store: Store, devices: Sequence[Sample] = (), server: str = "") -> Resource:
     """The doctor's resource: service, host, process, and the NPUs the store has seen (or,
-    on a first start, those of ``devices``: npu-smi samples taken for this)."""
+    on a first start, those of ``devices``: npu-smi samples taken for this); with several
+    servers, which one (each has its own store, so its own ``service.instance.id``)."""
     attrs: dict[str, Any] = {
         "service.name": "ascend-doctor",
         "service.version": __version__,
@@ -44,6 +49,8 @@ def build_resource(store: Store, devices: Sequence[Sample] = ()) -> Resource:
         "host.arch": _arch(platform.machine()),
         "process.pid": os.getpid(),
     }
+    if server:
+        attrs[SERVER_KEY] = server
     known = store.latest_samples("npu_smi") or {s.subject: s.values for s in devices}
     hw = [
         device_attributes(subject, sample)
@@ -65,4 +72,4 @@ def _arch(machine: str) -> str:
     return {"x86_64": "amd64", "aarch64": "arm64", "arm64": "arm64"}.get(machine, machine.lower())
 
 
-__all__ = ["build_resource", "instance_id"]
+__all__ = ["SERVER_KEY", "build_resource", "instance_id"]

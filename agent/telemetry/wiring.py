@@ -54,8 +54,10 @@ class Telemetry(StoreListener):
         log_path: Path | None = None,
         lines_read: Callable[[], int] = lambda: 0,
         npu_smi: str | None = None,
+        server_name: str = "",
     ) -> None:
         tc, tr = config.telemetry, config.tracing
+        self.server_name = server_name  # one of several servers: on every span and metric
         prom, recv = tc.prometheus_address, tr.receiver_address
         self.prometheus_at = parse_address(prom, "telemetry.prometheus_address")
         self.receiver_at = parse_address(recv, "tracing.receiver_address")
@@ -79,7 +81,7 @@ class Telemetry(StoreListener):
             return
         self._built = True
         tc = self.config.telemetry
-        self.resource = build_resource(self.store, devices or [])
+        self.resource = build_resource(self.store, devices or [], self.server_name)
         self.ids = FixedIds()
         self.tracer_provider = TracerProvider(
             resource=self.resource, id_generator=self.ids, shutdown_on_exit=False

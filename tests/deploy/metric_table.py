@@ -8,6 +8,7 @@ import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 METRICS = ROOT / "metrics"
@@ -66,18 +67,43 @@ def documented_series() -> set[str]:
     return names
 
 
-_DECLARED = re.compile(
-    r'\.create_(?:observable_)?(gauge|counter|histogram|up_down_counter)\(\s*"([^"]+)"'
-)
+_CREATE = re.compile(r"create_(?:observable_)?(gauge|counter|histogram|up_down_counter)")
 
 
 def declared() -> dict[str, str]:
-    """Instrument name -> kind, from the create_* calls in metrics/*.py."""
+    """Instrument name -> kind, as the metrics modules create them: DoctorMetrics built on a
+    meter that records every ``create_*`` call (however the module's code reaches it)."""
+    from opentelemetry.sdk.metrics import MeterProvider
+
+    from ascend_doctor.metrics.doctor import DoctorMetrics
+
     out: dict[str, str] = {}
-    for path in sorted(METRICS.glob("*.py")):
-        for kind, name in _DECLARED.findall(path.read_text()):
-            assert name not in out, name
-            out[name] = kind.replace("_", "")
+
+    class Recording:
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        def __getattr__(self, attr: str) -> Any:
+            real = getattr(self.inner, attr)
+            kind = _CREATE.fullmatch(attr)
+            if kind is None:
+                return real
+
+            def create(name: str, *args: Any, **kwargs: Any) -> Any:
+                assert name not in out, name
+                out[name] = kind.group(1).replace("_", "")
+                return real(name, *args, **kwargs)
+
+            return create
+
+    provider = MeterProvider(shutdown_on_exit=False)
+
+    class Provider:
+        def get_meter(self, *args: Any, **kwargs: Any) -> Any:
+            return Recording(provider.get_meter(*args, **kwargs))
+
+    DoctorMetrics(Provider())  # type: ignore[arg-type]
+    provider.shutdown()
     return out
 
 
@@ -89,6 +115,12 @@ class Instrument:
     kind: str
     """gauge, counter (monotonic sum), updowncounter, histogram."""
     labels: frozenset[str]
+
+
+ECC = {"hbm_ecc_single_bit_errors": 3, "hbm_ecc_double_bit_errors": 1,
+       "hbm_ecc_single_bit_total": 5, "hbm_ecc_double_bit_total": 1,
+       "hbm_ecc_single_bit_isolated_pages": 0, "hbm_ecc_double_bit_isolated_pages": 1}  # fmt: skip
+"""npu-smi's ECC counters of a card with one uncorrectable error."""
 
 
 def feed() -> tuple[dict[str, Instrument], str]:
@@ -125,11 +157,13 @@ def feed() -> tuple[dict[str, Instrument], str]:
     )
     m = DoctorMetrics(provider, lines_read=lambda: 7, spans_dropped=lambda: {"doctor": 1})
     vdie = "42C711D4-20B03704-4A10C8D4-14CC040A-D2102003"
-    m.sample("npu_smi", "npu0", {"health": "Critical", "health_error_code": "80E01801",
-                                 "hbm_used_mb": 1, "hbm_total_mb": 2, "aicore_pct": 5,
-                                 "temp_c": 40, "power_w": 90, "name": "910B3",
-                                 "driver_version": "24.1.rc2", "model_name": "910B3-Ascend-V1",
-                                 "vdie_id": vdie})  # fmt: skip
+    npu0 = {"health": "Critical", "health_error_code": "80E01801", "hbm_used_mb": 1,
+            "hbm_total_mb": 2, "aicore_pct": 5, "temp_c": 40, "power_w": 90, "name": "910B3",
+            "driver_version": "24.1.rc2", "model_name": "910B3-Ascend-V1", "vdie_id": vdie,
+            **ECC}  # fmt: skip
+    m.sample("npu_smi", "npu0", npu0)
+    # an uncorrectable ECC error since the last sample: one more of the card's errors
+    m.sample("npu_smi", "npu0", {**npu0, "hbm_ecc_double_bit_total": 2})
     m.sample("vllm", "server", {"health_status": 200, "health_latency_ms": 3.0})
     m.finding(Finding(rule="npu-oom", category=Category("npu_oom"), severity=Severity.ERROR,
                       role=Role.ROOT, subject="npu0", summary="out of memory", at=1.0,

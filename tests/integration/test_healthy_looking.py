@@ -44,6 +44,9 @@ def test_stuck_with_nothing_running_is_restarted_with_stacks_kept(
     for name in stacks:
         assert "thread" in (Path(snap["dir"]) / name).read_text()
     assert "npu-smi-health-4.txt" in snap["files"] and "metrics.txt" in snap["files"]
+    # the card's ECC counters as npu-smi printed them (issue 20: ECC for its devices)
+    ecc = (Path(snap["dir"]) / "npu-smi-ecc-4.txt").read_text()
+    assert "HBM Double Bit Error Count               : 0" in ecc
 
 
 def test_garbled_output_is_escalated_with_the_bad_output_quoted(

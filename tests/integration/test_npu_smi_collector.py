@@ -118,6 +118,8 @@ async def test_vllm_collector_on_the_simulated_server(tmp_path: Path) -> None:
         assert v["health_status"] == 200 and v["max_model_len"] > 0
         assert v["generation_tokens_delta"] == 8 and v["prompt_tokens_delta"] == 40
         assert v["cache_block_size"] == "128" and "ttft_p99" in v
+        # the API server's own memory, from prometheus_client's process collector
+        assert v["api_rss_bytes"] > 1 << 20 and v["api_started_at"] > 0
     finally:
         server.terminate()
         server.wait(timeout=10)

@@ -135,3 +135,26 @@ def test_driver_line_in_the_kernel_log_is_the_real_one(serve: Serve, host: SimHo
     sim = host.kernel_log.read_text()
     strip = re.compile(r"^\w{3} [ \d]\d \d\d:\d\d:\d\d localhost kernel: \[ *\d+\.\d+\] ")
     assert strip.sub("", sim) == strip.sub("", real)
+
+
+def test_ecc_counters_have_the_real_names_in_the_real_order(host: SimHost) -> None:
+    sim = npu_smi(host, "info", "-t", "ecc", "-i", "0").stdout
+    ecc = [n.strip() for n in names(sim)]
+    for capture in ("ecc-910a-doc.txt", "ecc-950-doc.txt"):
+        # the documentation's blocks lost npu-smi's leading tab; a 910B prints no DDR lines
+        text = (REAL / "npu_smi" / capture).read_text()
+        real = [ln.split(" : ")[0].strip() for ln in text.splitlines() if " : " in ln]
+        real = [n for n in real if not n.startswith("DDR")]
+        it = iter(ecc)
+        assert [n for n in real if n not in it] == [], capture
+    # the source's layout: "\t%-40s : %u"
+    assert all(ln.startswith("\t") and ln[41:44] == " : " for ln in sim.splitlines() if ln)
+
+
+def test_an_ecc_fault_raises_the_uncorrectable_counts(host: SimHost) -> None:
+    host.inject(4, "hbm_ecc")
+    text = npu_smi(host, "info", "-t", "ecc", "-i", "4").stdout
+    pairs = {m["name"].strip(): m["value"] for ln in text.splitlines() if (m := PAIR.match(ln))}
+    assert pairs["HBM Double Bit Error Count"] == "1"
+    assert pairs["HBM Double Bit Isolated Pages Count"] == "1"
+    assert pairs["HBM Single Bit Error Count"] == "0"

@@ -268,3 +268,26 @@ async def test_profiles_show_the_stored_analysis_with_its_bars(state: Path) -> N
         assert text.index("rank 1 is the slow rank") < text.index("not analysed")
         await pilot.press("escape")
         await shown(pilot, OverviewScreen)
+
+
+async def test_several_servers_are_shown_one_at_a_time_and_s_shows_the_next(
+    tmp_path: Path,
+) -> None:
+    a = build_state(tmp_path / "state" / "servers" / "a")
+    b = tmp_path / "state" / "servers" / "b"
+    Store.in_dir(b).close()  # b: a store without incidents
+    app = DoctorApp(
+        Source(a / "doctor.db", a, [("a", a), ("b", b)]),
+        clock=lambda: NOW,
+        alive=lambda pid: False,
+        interval=0.05,
+    )
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await shown(pilot, OverviewScreen)
+        assert app.sub_title.startswith("server a")
+        await until(pilot, lambda: screen.query_one(IncidentsTable).row_count == 3, "a's")
+        await pilot.press("s")
+        assert app.sub_title.startswith("server b")
+        await until(pilot, lambda: screen.query_one(IncidentsTable).row_count == 0, "b's")
+        await pilot.press("s")
+        assert app.source.server == "a"

@@ -114,6 +114,29 @@ def test_log_faults_about_a_device_count_as_its_errors(
     assert sum(v for _, v in p["ascend_doctor.findings"]) == 3
 
 
+def test_ecc_counters_are_gauges_and_each_new_uncorrectable_one_an_error(
+    metrics: tuple[DoctorMetrics, InMemoryMetricReader],
+) -> None:
+    m, reader = metrics
+    ecc = {"hbm_ecc_single_bit_errors": 4, "hbm_ecc_double_bit_errors": 0,
+           "hbm_ecc_single_bit_total": 9, "hbm_ecc_double_bit_total": 1,
+           "hbm_ecc_single_bit_isolated_pages": 0,
+           "hbm_ecc_double_bit_isolated_pages": 1}  # fmt: skip
+    m.sample("npu_smi", "npu2", {**NPU, "health": "OK", **ecc})
+    m.sample("npu_smi", "npu2", {**NPU, "health": "OK", **ecc, "hbm_ecc_double_bit_total": 3})
+    p = points(reader)
+
+    def by_type(name: str) -> dict[str, Any]:
+        return {a["ecc_type"]: v for a, v in p[name] if a["hw.id"] == "npu2"}
+
+    assert by_type("hw.npu.hbm.ecc.errors") == {"single_bit": 4, "double_bit": 0}
+    assert by_type("hw.npu.hbm.ecc.errors.aggregate") == {"single_bit": 9, "double_bit": 3}
+    assert by_type("hw.npu.hbm.ecc.isolated_pages") == {"single_bit": 0, "double_bit": 1}
+    # the first sample is where counting starts; the rise from 1 to 3 is two errors
+    errors = {a["error.type"]: v for a, v in p["hw.errors"]}
+    assert errors == {"hbm_ecc_double_bit": 2}
+
+
 def test_fault_codes_and_join_labels() -> None:
     assert fault_codes("NA") == frozenset() and fault_codes(None) == frozenset()
     assert fault_codes("80E01801, 80E18005") == {"80E01801", "80E18005"}

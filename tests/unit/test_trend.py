@@ -98,5 +98,7 @@ def test_restart_moment() -> None:
     assert restart_moment(3600.0, [0.0], eta, 30.0, idle, cfg) is None
     # the card is full before the next look: now, served or not
     assert restart_moment(3600.0, [0.0], {"hbm_oom_eta_s": "200"}, 30.0, serving, cfg) is None
+    # the host is out of memory first by the API server's own /metrics
+    assert restart_moment(3600.0, [0.0], {"api_rss_oom_eta_s": "200"}, 30.0, serving, cfg) is None
     when, why = restart_moment(3600.0, [0.0, 2400.0], eta, 30.0, idle, cfg) or (0, "")
     assert when is None and why.startswith("planned restarts come closer together")
