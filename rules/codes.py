@@ -35,7 +35,7 @@ _ERRTEXT = rb"\[Error\]: (?P<errtext>[A-Z][^\n\[]{4,160}?\.)\s*(?:$|\[|\n)"
 _CANN = rb"(?<![\w.])(?P<cann>E[0-9A-Z]\d{4})(?=[:\[)\]]|\s|$|\.(?!\d))"
 _HCCL = (
     rb"(?:HCCL function error: [^\n]{0,200}?, error code is |OPS function error: Hccl\w{1,40}, "
-    rb"error code is |hcclRet -> |failed[^\n]{0,80}?\bret\[)(?P<hccl>\d{1,2})(?!\d)"
+    rb"error code is |hcclRet -> |fail(?:ed)?[^\n]{0,80}?\bret\[)(?P<hccl>\d{1,2})(?!\d)"
 )
 # HCCL's plog prints its result as errNo[0x%016llx]: the module id (5) in bits 24-31, the
 # submodule (HCCL 0, HCOM 1) in bits 16-23 and the HcclResult in the low bits

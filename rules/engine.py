@@ -34,7 +34,7 @@ from ascend_doctor.rules.findings import (
 from ascend_doctor.rules.lines import Lines
 from ascend_doctor.rules.loader import QUIET_WINDOW, Rule, RuleSet, ThresholdRule
 from ascend_doctor.rules.matcher import make_prefilter
-from ascend_doctor.rules.parse import is_request_log, may_echo
+from ascend_doctor.rules.parse import is_request_log, may_echo, parse
 from ascend_doctor.rules.unrecognised import UNIT_KEYS, Templates
 
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
@@ -87,10 +87,10 @@ MAX_LINE = 32768
 """The confirming regex of a rule looks at most this many bytes of a line."""
 
 CODE_SOURCES = ("server", "plog", "device", "slog", "host")
-UNIT_SOURCES = ("server", "plog", "device", "slog")
-"""Streams whose unexplained error lines become ``unrecognised`` findings (the host's
-kernel log has its own reader)."""
 """Streams whose lines are searched for catalogued codes."""
+UNIT_SOURCES = ("server", "plog", "device", "slog", "host")
+"""Streams whose unexplained error lines become ``unrecognised`` findings (from the host's
+kernel log only its fault reports and drivers' ERROR lines)."""
 
 
 class Engine:
@@ -172,6 +172,8 @@ class Engine:
                 m = rule.regex.search(data, start, min(end, start + MAX_LINE))
                 if m is None or echo(start, end):
                     continue  # a match across lines, or a prompt quoting an error
+                if rule.levels and not _level_fits(rule.levels, data[start:end]):
+                    continue  # the phrase quoted in a line of another level (INFO, a warning)
                 if rule.quiet_after is not None and rule.quiet_after.search(
                     data, max(0, start - QUIET_WINDOW), start
                 ):
@@ -279,6 +281,11 @@ class Engine:
             remediation=rule.remediation,
             explain=rule.explain,
         )
+
+
+def _level_fits(levels: frozenset[str], line: bytes) -> bool:
+    level = parse(line).level
+    return not level or level in levels
 
 
 def _holds(rule: ThresholdRule, values: dict[str, Any]) -> bool:

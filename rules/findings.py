@@ -110,12 +110,19 @@ def unexplained(
     """An ``unrecognised`` finding for every error unit no finding of ``merged`` explains
     (``quiet`` lines are expected where they are: no unit holding one is reported)."""
     data = chunk.data
-    covered = sorted((first, end) for _, first, end in merged)
+    # an engine's death is a consequence: it explains the line it is on, never an unknown
+    # error next to it (the worker's exception before "EngineCore encountered a fatal error")
+    on_line = {first for _, first, _ in merged}
+    covered = sorted(
+        (first, end) for f, first, end in merged if f.category is not Category.ENGINE_DEAD
+    )
     starts = [first for first, _ in covered]
     units = error_units(data, chunk.source, candidates, forced)
     out = []
     for i, unit in enumerate(units):
         if unit.key_line in quiet or unit.first in quiet:
+            continue
+        if unit.key_line in on_line:
             continue
         nxt = units[i + 1] if i + 1 < len(units) else None
         if (

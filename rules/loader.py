@@ -22,7 +22,7 @@ OPS = ("==", "!=", ">", ">=", "<", "<=")
 
 _TEXT_KEYS = (
     "id category severity role source pattern subject summary explain remediation examples docs"
-    " generic quiet_after"
+    " generic quiet_after levels"
 ).split()
 _THRESHOLD_KEYS = (
     "id category severity role source when subject summary explain remediation examples docs"
@@ -66,7 +66,14 @@ class Rule:
     """A line that makes a match expected: a match within ``QUIET_WINDOW`` bytes after a line
     matching this is no finding and no unrecognised error (an engine 'died' right after its
     own clean shutdown)."""
+    levels: frozenset[str] = frozenset()
+    """Levels a line with a logging header must have for the rule to match (``ERROR``,
+    ``CRITICAL``...); empty: any. A line without a header (an exception line, a block's
+    body) matches as before: only a header can say a line is not an error."""
 
+
+LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+"""What ``levels`` may name: the levels every parsed header is normalised to."""
 
 QUIET_WINDOW = 2048
 """How far back, in bytes of the same chunk, ``quiet_after`` looks."""
@@ -278,8 +285,19 @@ def _text(raw: dict[str, Any], rid: str, where: str) -> Rule:
         examples=ex,
         generic=generic,
         quiet_after=quiet_regex,
+        levels=_levels(raw.get("levels"), rid, where),
         **common,
     )
+
+
+def _levels(raw: Any, rid: str, where: str) -> frozenset[str]:
+    if raw is None:
+        return frozenset()
+    if not isinstance(raw, list) or not raw or any(x not in LEVELS for x in raw):
+        raise RuleError(
+            f"{where}: rule '{rid}' key 'levels' is {raw!r}: expected a list of {', '.join(LEVELS)}"
+        )
+    return frozenset(raw)
 
 
 def _threshold(raw: dict[str, Any], rid: str, where: str) -> ThresholdRule:

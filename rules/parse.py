@@ -21,6 +21,11 @@ from dataclasses import dataclass
 from typing import Any
 
 _OUTER = re.compile(
+    # the kernel's log as syslog/journalctl and dmesg write it: "Aug  1 08:38:31 host kernel: ",
+    # "2026-08-01T08:38:31.123456+08:00 host kernel: ", "[ 1197.584409] "
+    rb"(?:(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d"
+    rb"|\d{4}-\d\d-\d\dT[\d:.]{8,15}(?:Z|[+-]\d\d:?\d\d)?) [\w.-]{1,64} kernel: )?"
+    rb"(?:\[\s{0,8}\d{1,10}\.\d{1,9}\] )?"
     rb"(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d) (?:stdout|stderr) [FP] )?"
     rb"(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z )?"
     rb"(?:\[pod/[^\]\s]{1,200}\] )?"
@@ -70,6 +75,29 @@ _HEADERS: tuple[tuple[str, re.Pattern[bytes]], ...] = (
         ),
     ),
     (
+        # the other common Python logging format, the logger's name before the level
+        # ("%(asctime)s - %(name)s - %(levelname)s - %(message)s": lmdeploy, MindIE's Python
+        # side, many examples): "2025-06-01 10:00:00,123 - lmdeploy - ERROR - msg"
+        "pylog_name",
+        re.compile(
+            rb"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[,.]\d+)? - "
+            rb"(?P<logger>[\w.-]{1,100}) - "
+            rb"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) - "
+        ),
+    ),
+    (
+        # a timestamp then the level: Ray's "%(asctime)s\t%(levelname)s %(filename)s:%(lineno)s
+        # -- " (ray/_private/ray_constants.py LOGGER_FORMAT), "%(asctime)s %(levelname)s ..."
+        # and "%(asctime)s - %(levelname)s - ..." without a name; the time may be bracketed,
+        # ISO with a T and a zone, and the level bracketed: "[2025-06-01 10:00:00] [ERROR] "
+        "timed",
+        re.compile(
+            rb"\[?\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[,.]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?"
+            rb"(?: - | \| |\s{1,4})\[?(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\]?"
+            rb"(?: - | \| |:? {1,8}|\t|$)(?:(?P<logger>[\w./-]{1,100}:\d+) -- )?"
+        ),
+    ),
+    (
         # glog (C++ libraries such as Mooncake's transfer engine): "E1210 03:24:54.778028
         # 2548307 file.cpp:820] ", newer glog with the year "E20260608 14:45:44.404089 ..."
         "glog",
@@ -92,13 +120,16 @@ _HEADERS: tuple[tuple[str, re.Pattern[bytes]], ...] = (
             rb"(?P<logger>[\w.:<>-]{1,120}) - "
         ),
     ),
-    # a bracketed level after up to three bracketed fields (a time, a pid, a rank):
-    # "[2025-06-01 10:00:00] [1234] [ERROR] msg", "[ERROR] msg"; Go/logfmt "level=error"
+    # a bracketed level after up to six bracketed fields (a time, a pid, a thread, a
+    # component, as MindIE writes them): "[2025-06-01 10:00:00] [1234] [ERROR] msg",
+    # "[ERROR] msg"; spdlog and ATB write the level in lower case ("[2025-01-01 10:00:00.1]
+    # [error] [1234] [op.cpp:27] msg"); Go/logfmt "level=error"
     (
         "bracket",
         re.compile(
-            rb"(?:\[[^\]\n]{1,40}\] ?){0,3}"
-            rb"\[(?P<level>ERROR|WARNING|WARN|INFO|DEBUG|CRITICAL|FATAL)\] ?"
+            rb"(?:\[[^\]\n]{1,60}\] ?){0,6}"
+            rb"\[(?P<level>ERROR|WARNING|WARN|INFO|DEBUG|CRITICAL|FATAL"
+            rb"|error|warning|warn|info|debug|critical|fatal|trace)\] ?"
         ),
     ),
     (
@@ -132,14 +163,54 @@ never evidence of a failure."""
 
 TRACEBACK = re.compile(rb"\s*Traceback \(most recent call last\):")
 EXCEPTION = re.compile(
-    rb"(?:[A-Za-z_][\w]{0,60}\.){0,8}[A-Z]\w{0,60}(?:Error|Exception|Exit|Interrupt|Fault|Failed)"
+    rb"(?:[A-Za-z_][\w]{0,60}\.){0,8}(?:[A-Z]\w{0,60})?(?:Error|Exception|Exit|Interrupt|Fault|Failed)"
     rb"(?:\(\w{1,60}(?:Error|Exception)\))?(?:: |:$|$|\(')"
 )
 """A Python exception line: ``RuntimeError: ...``, ``vllm....EngineDeadError: ...``, a repr."""
 FATAL = re.compile(
-    rb"(?:terminate called after throwing|\s*what\(\): |Fatal Python error|Segmentation fault"
-    rb"|\*\*\* SIG\w+ received|panic: |thread '[^'\n]{0,80}' panicked at|fatal error: )"
+    rb"(?:terminate called|\s*what\(\): |Fatal Python error|Segmentation fault"
+    rb"|\*\*\* SIG\w+ received|panic: |thread '[^'\n]{0,80}' panicked at|fatal error: "
+    rb"|(?:[^\n]{0,120}\s)?(?:Floating point exception|Bus error|Illegal instruction|Aborted)"
+    rb"(?: \(core dumped\))?\s*$|(?:[^\n]{0,120}\s)?\d+ Killed\s|Killed\s*$"
+    rb"|\*\*\* Error in `|\*\*\* stack smashing detected|Fatal glibc error"
+    rb"|(?:double free or corruption|free\(\): invalid|malloc\(\): |munmap_chunk\(\): invalid"
+    rb"|corrupted size vs\. prev_size|corrupted double-linked list))"
 )
+"""A fatal line: the C++ runtime's terminate, CPython's fault handler, glog/absl signal
+handlers, a shell reporting a signal (``Aborted (core dumped)``, ``Floating point exception``,
+``line 3: 4242 Killed  python ...``, a lone ``Killed``), glibc's heap checks (``double free or
+corruption (out)``, ``free(): invalid pointer``, ``*** Error in `python3': ...``), Go and Rust
+panics."""
+ERROR_WORD = re.compile(
+    rb"(?:[\w./ -]{1,60}: )?(?:Error|ERROR|error|FATAL|Fatal|fatal|CRITICAL)(?: error)?: \S"
+    rb"|\[Error\]: \S|(?:Unhandled |Uncaught |Caught |Unexpected )?(?:Error|Exception|ERROR) "
+    rb"(?:in |executing |occurred|occured|while |during |when |raised|caught)"
+)
+"""A message that calls itself an error without a logging header: a CLI's ``Error: ...``,
+argparse's ``prog: error: ...``, torch_npu's ``[Error]: <text>`` after a failed ACL call, and
+the sentences that announce one (``Error executing method 'x'``, ``Exception in thread``,
+``Unhandled exception while ...``)."""
+FAILED_CALL = re.compile(
+    rb"[^\n]{0,400}?(?:(?:NPU|HCCL|OPS|DIST|ACL|ATB) function error: "
+    rb"|[Ee]rror ?code(?: is|:|=) ?-?[1-9]|\berrno\[-?[1-9])"
+)
+"""A native call that failed with a non-zero code (torch_npu's ``NPU function error: <call>,
+error code is N``, ``call aclnnX failed, error code is N``): an error whatever the header
+says, when no rule or catalogue knows the code."""
+JSON_ERROR = re.compile(
+    rb'\{\s?"(?:object|error)"\s?:[^\n]{0,4000}?"code"\s?:\s?"?(?P<code>[45]\d\d)\b'
+)
+"""An OpenAI-style error body as vLLM returns it and clients print it:
+``{"object":"error","message":"...","type":"InternalServerError","param":null,"code":500}``
+(and ``{"error": {...}}``). A 5xx is the server failing; a 4xx is one request refused."""
+HOST_FAULT = re.compile(
+    rb"[^\n]{0,200}?(?:segfault at |general protection fault|BUG: |Kernel panic|blocked for more "
+    rb"than \d+ seconds|soft lockup|hard LOCKUP|[Hh]ardware [Ee]rror|Machine check|PCIe Bus Error"
+    rb"|EXT4-fs error|I/O error|AER: Uncorrected|\[ERROR\])"
+)
+"""A kernel line that reports a failure: a fault in a process, a hung task, a lockup, a
+hardware or PCIe error (the NPU sits on PCIe), a file-system error, or a driver's own
+``[ERROR]`` line (the Ascend driver writes ``[ascend] [ERROR] [module] ...``)."""
 CANN_CODE = re.compile(
     rb"(?:E[0-9A-Z]\d{4}(?::|\[PID)|\[PID: \d+\] [\d:.-]+ \w+\(E[0-9A-Z]\d{4}\):)"
 )
@@ -198,6 +269,8 @@ def _item(op: Any, av: Any) -> tuple[set[int] | None, bool]:
                 return None, False  # a negation or another class: any byte, to be safe
         return out, False
     if op is sre.SUBPATTERN:
+        if av[1] & re.IGNORECASE:
+            return None, False  # (?i:...): its bytes in either case, to be safe any byte
         return _sequence(av[3])
     if op is sre.BRANCH:
         alts = [_sequence(alt) for alt in av[1]]
@@ -214,7 +287,10 @@ def _by_first_byte() -> list[tuple[tuple[str, re.Pattern[bytes]], ...]]:
     """For each byte a message may start with, the headers that can start with it, in
     their order: a line is tried against two or three header patterns, not eleven."""
     parsed = [_sequence(sre.parse(h.pattern, h.flags)) for _, h in _HEADERS]
-    firsts = [None if empty else first for first, empty in parsed]
+    firsts = [
+        None if empty or h.flags & re.IGNORECASE else first
+        for (first, empty), (_, h) in zip(parsed, _HEADERS, strict=True)
+    ]
     return [
         tuple(h for h, f in zip(_HEADERS, firsts, strict=True) if f is None or b in f)
         for b in range(256)
@@ -288,8 +364,12 @@ __all__ = [
     "CANN_CODE",
     "CONTINUATION",
     "ECHO_LOGGERS",
+    "ERROR_WORD",
     "EXCEPTION",
+    "FAILED_CALL",
     "FATAL",
+    "HOST_FAULT",
+    "JSON_ERROR",
     "REQUEST_LOG",
     "TRACEBACK",
     "Parsed",

@@ -27,8 +27,12 @@ from ascend_doctor.rules.parse import (
     CANN_CODE,
     CONTINUATION,
     ECHO_LOGGERS,
+    ERROR_WORD,
     EXCEPTION,
+    FAILED_CALL,
     FATAL,
+    HOST_FAULT,
+    JSON_ERROR,
     REQUEST_LOG,
     TRACEBACK,
     parse,
@@ -40,7 +44,12 @@ MAX_TRACEBACK_LINES = 400
 UNIT_KEYS = (
     r"ERROR|CRITICAL|Error|Exception|Exit\b|Interrupt\b|Traceback|what\(\)|Fatal"
     r"|Segmentation fault|\*\*\* SIG|\[E(?:\d{3}| [\w./-]{1,80}:\d+\])|E[0-9A-Z]\d{4}"
-    r"|FATAL|Failed|panic|fatal error|level=\"?(?:error|fatal)"
+    r"|FATAL|Failed|panic|fatal error|level=\"?(?:error|fatal)|terminate called"
+    r"|\b[EF]\d{4}(?:\d{4})? \d\d:\d\d:\d\d\.\d|error: |error ?code|errno\["
+    r"|Killed|Aborted|Bus error|Illegal instruction|Floating point exception|stack smashing"
+    r"|double free|free\(\)|malloc\(\)|corrupted (?:size|double)|segfault|general protection"
+    r"|BUG: |Kernel panic|blocked for more|lockup|LOCKUP|ardware [Ee]rror|Machine check"
+    r"|Bus Error|I/O error|EXT4-fs error|AER: Uncorrected|\[(?:error|fatal|critical)\]"
 )
 """Words of a line that may be an error line; scanned with the rules in one pass."""
 _CANDIDATE = re.compile(UNIT_KEYS.encode())
@@ -49,6 +58,13 @@ _CANDIDATE = re.compile(UNIT_KEYS.encode())
 REQUEST_LOGGERS = re.compile(r"(?:^|/)(?:serving_\w+|serving|protocol)\.py:")
 """vLLM's OpenAI-serving modules log one request's failure at ERROR (a prompt too long, a bad
 parameter): the server is fine, so such an unexplained error is reported at info level."""
+IGNORABLE = re.compile(
+    rb"(?i:can (?:be )?(?:safely )?ignored?\b|safe to ignore"
+    rb"|(?:please|you can|you may) (?:safely )?ignore|is harmless"
+    rb"|(?:does|will) not affect (?:the )?(?:result|inference|service|serving))"
+)
+"""A lone ERROR line that says it is harmless ("... can be ignored", "safe to ignore"): some
+libraries log expected conditions at ERROR level and say so."""
 _WHAT = re.compile(rb".{0,200}?what\(\): ")
 _WARNED_CODE = re.compile(rb"Warning: E[0-9A-Z]\d{4}: ")
 
@@ -83,6 +99,29 @@ def _candidate_starts(data: bytes) -> Iterator[int]:
             yield start
 
 
+ANY_EXCEPTION = re.compile(rb"(?:[A-Za-z_]\w{0,60}\.){0,8}[A-Za-z_]\w{0,60}(?:: \S|:?\s*$)")
+"""The line that ends a traceback names its exception, whatever the name
+(``torch._dynamo.exc.Unsupported: ...``, ``StopIteration``)."""
+
+
+def _exception_after(data: bytes, start: int) -> int:
+    """Offset of the exception line ending the traceback whose header is at ``start``, or -1
+    when the first line after its frames does not look like one (another process's output)."""
+    pos = data.find(b"\n", start) + 1
+    for _ in range(MAX_TRACEBACK_LINES):
+        if pos <= 0 or pos >= len(data):
+            return -1
+        line = _line(data, pos)
+        p = parse(line)
+        msg = line[p.message :]
+        if msg.strip() and p.level not in ("INFO", "DEBUG") and not CONTINUATION.match(msg):
+            if TRACEBACK.match(msg) or not ANY_EXCEPTION.match(msg):
+                return -1
+            return pos
+        pos = data.find(b"\n", pos) + 1
+    return -1
+
+
 PYTHON_SOURCES = ("server",)
 """Streams that carry Python output (tracebacks, exception lines); CANN logs carry only
 their own ERROR lines and error blocks."""
@@ -103,8 +142,16 @@ def error_units(
     request_at = -1
     traceback_lines = 0
     covered_to = -1
-    found = _candidate_starts(data) if candidates is None else candidates
-    for start in sorted(set(found) | forced) if forced else found:
+    found = list(_candidate_starts(data) if candidates is None else candidates)
+    # a traceback ends at its exception line even when the exception's name is no keyword
+    late = (
+        {_exception_after(data, start) for start in found if b"Traceback" in _line(data, start)}
+        - {-1}
+        if python
+        else set()
+    )
+    extra = forced | late
+    for start in sorted(set(found) | extra) if extra else found:
         if start <= covered_to:
             continue
         line = _line(data, start)
@@ -112,6 +159,10 @@ def error_units(
         msg = line[p.message :]
         if REQUEST_LOG.match(msg) or (p.header == "vllm" and ECHO_LOGGERS.search(p.logger)):
             continue  # echoes of requests (prompts, outputs, the scheduler dump)
+        if source == "host":  # the kernel's log: its fault reports and drivers' ERROR lines
+            if HOST_FAULT.match(line):
+                units.append(Unit(start, start, start, False))
+            continue
         if start in forced and traceback_at < 0 and not CANN_CODE.match(msg.lstrip()):
             units.append(Unit(start, start, start, True))
             continue
@@ -132,7 +183,8 @@ def error_units(
             traceback_lines = data.count(b"\n", traceback_at, start)
             if traceback_lines > MAX_TRACEBACK_LINES:
                 traceback_at = -1
-        is_exception = EXCEPTION.match(msg) is not None
+        # an exception line may come indented (a chained exception group, a posted quote)
+        is_exception = EXCEPTION.match(msg.lstrip(b" \t|")) is not None or start in late
         if is_exception and traceback_at >= 0:
             request = request_at == traceback_at and REQUEST_LOGGERS.search(p.logger) is not None
             units.append(Unit(traceback_at, start, start, True, request))
@@ -154,7 +206,18 @@ def error_units(
                     last = covered_to = nxt
             units.append(Unit(start, last, start, True))
             continue
+        body = JSON_ERROR.search(msg)
+        if body:  # an error response: a 5xx is the server failing, a 4xx one request
+            units.append(Unit(start, start, start, False, body.group("code")[:1] == b"4"))
+            continue
+        if p.level not in ("ERROR", "CRITICAL") and (
+            ERROR_WORD.match(msg) or FAILED_CALL.match(msg)
+        ):
+            units.append(Unit(start, start, start, False))
+            continue
         if p.level in ("ERROR", "CRITICAL") and not CONTINUATION.match(msg):
+            if IGNORABLE.search(msg, 0, 2000):
+                continue  # an ERROR line that says itself it is harmless
             units.append(
                 Unit(start, start, start, False, REQUEST_LOGGERS.search(p.logger) is not None)
             )

@@ -138,3 +138,80 @@ def test_optional_parts_of_a_summary() -> None:
     assert fill("oom[[ on NPU {device}]]", {"device": "3"}) == "oom on NPU 3"
     assert fill("oom[[ on NPU {device}]]", {}) == "oom"
     assert fill("{a} and {b}", {"a": 1}) == "1 and ?"
+
+
+def test_levels_keep_a_phrase_in_an_info_line_from_matching(tmp_path: Path) -> None:
+    (tmp_path / "site.yaml").write_text(
+        """
+rules:
+  - id: site-frob-failed
+    category: engine_dead
+    severity: error
+    role: root
+    source: [server, plog]
+    levels: [ERROR, CRITICAL]
+    pattern: frobnicator failed
+    subject: server
+    summary: the frobnicator failed
+    explain: x
+    remediation: [restart]
+    examples:
+      match: ["ERROR 01-02 03:04:05 [x.py:1] frobnicator failed"]
+      no_match: ["INFO 01-02 03:04:05 [x.py:1] user says: frobnicator failed"]
+"""
+    )
+    engine = Engine(load_rules([tmp_path]), clock=lambda: 0.0)
+
+    def rules_of(text: str, source: str = "server") -> set[str]:
+        chunk = LogChunk("x.log", source, 0, (text + "\n").encode(), first_line=1)
+        return {f.rule for f in engine.scan(chunk)}
+
+    assert "site-frob-failed" in rules_of("ERROR 01-02 03:04:05 [x.py:1] frobnicator failed")
+    assert "site-frob-failed" in rules_of("RuntimeError: frobnicator failed")  # no header
+    assert "site-frob-failed" in rules_of(
+        "[ERROR] GE(1,python3):2026-01-02-03:04:05.1.2 [x.cc:1]3 frobnicator failed", "plog"
+    )
+    for quiet in (
+        "INFO 01-02 03:04:05 [x.py:1] user says: frobnicator failed",
+        "(APIServer pid=1) WARNING 01-02 03:04:05 [x.py:1] frobnicator failed once",
+        "[INFO] GE(1,python3):2026-01-02-03:04:05.1.2 [x.cc:1]3 frobnicator failed",
+        "2026-01-02 03:04:05,1 - app - INFO - frobnicator failed",
+    ):
+        assert "site-frob-failed" not in rules_of(quiet), quiet
+
+
+def test_levels_must_name_known_levels(tmp_path: Path) -> None:
+    (tmp_path / "site.yaml").write_text(
+        """
+rules:
+  - id: site-x
+    category: engine_dead
+    severity: error
+    role: root
+    source: [server]
+    levels: [ERR]
+    pattern: x
+    subject: server
+    summary: x
+    explain: x
+    remediation: []
+    examples:
+      match: ["x"]
+"""
+    )
+    with pytest.raises(RuleError, match="levels"):
+        load_rules([tmp_path])
+
+
+def test_every_shipped_rule_that_disrupts_a_server_requires_a_level() -> None:
+    # text alone never disrupts a healthy server: a restart or reset needs an error line
+    # (or a line without a header), not a phrase quoted at INFO (issue 15, section 1)
+    disruptive = {"restart", "reset_device"}
+    loose = [
+        r.id
+        for r in load_rules().text
+        if disruptive & {a.name for step in r.remediation for a in step}
+        and not (r.levels and r.levels <= {"WARNING", "ERROR", "CRITICAL"})
+        and r.id != "hccl-heartbeat-lost"  # HCCL prints its heartbeat status as INFO/EVENT
+    ]
+    assert loose == []

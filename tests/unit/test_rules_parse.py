@@ -51,6 +51,21 @@ from ascend_doctor.rules.parse import is_request_log, message, parse
         ("E1210 03:24:54.778028 2548307 transport.cpp:820] Failed x", "glog", "ERROR", "Failed"),
         ("I20260608 14:45:44.404228 342420 transport.cpp:1119] Connected", "glog", "INFO", "Conn"),
         (
+            "2025-06-01 10:00:00,123 - lmdeploy - ERROR - engine.py:100 - Engine loop failed",
+            "pylog_name",
+            "ERROR",
+            "engine.py",
+        ),
+        ("2025-06-01 10:00:00,123\tERROR worker.py:12 -- Boom", "timed", "ERROR", "Boom"),
+        ("[2025-06-01 10:00:00] [ERROR] Boom", "timed", "ERROR", "Boom"),
+        ("2025-06-01T10:00:00.5+08:00 [ERROR] Boom", "timed", "ERROR", "Boom"),
+        (
+            "[2025-01-01 10:00:00.000+08:00] [1234] [5678] [llm] [model] [ERROR] [a.py:12] : x",
+            "bracket",
+            "ERROR",
+            "[a.py",
+        ),
+        (
             'INFO:     1.2.3.4:41180 - "POST /v1/chat/completions HTTP/1.1" 200 OK',
             "uvicorn",
             "INFO",

@@ -1,5 +1,7 @@
 """Errors no rule explains become template-clustered `unrecognised` findings."""
 
+import pytest
+
 from ascend_doctor.core.events import Category, LogChunk, Severity
 from ascend_doctor.rules import Engine, load_rules
 
@@ -111,3 +113,119 @@ def test_engine_death_after_its_own_clean_shutdown_is_expected() -> None:
     )
     assert scan(clean) == []
     assert [f.category for f in scan(tail)] == [Category.ENGINE_DEAD]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # headers of other loggers (lmdeploy's name-then-level, Ray's, MindIE's brackets, glog)
+        "2025-06-01 10:00:00,123 - lmdeploy - ERROR - engine.py:100 - Engine loop failed: x",
+        "2025-06-01 10:00:00,123\tERROR worker.py:12 -- Unhandled error (suppress with x)",
+        "[2025-01-01 10:00:00.000+08:00] [1234] [5678] [llm] [model] [ERROR] [r.py:12] : boom",
+        "E1203 10:00:00.123456 12345 rdma_context.cpp:12] ibv_poll_cq returned status 12",
+        "[2025-01-01 10:00:00.123456] [error] [2486] [operation_base.cpp:276] setup failed",
+        # errors that say so without a header
+        "Error: the model store is not mounted",
+        "Exception: the frobnicator failed",
+        "mytool: error: the queue is gone",
+        "[Error]: The stream is in an unknown state.",
+        "InnerRun:torch_npu/csrc/framework/OpParamMaker.cpp:281 NPU function error: "
+        "aclrtMemcpy, error code is 100999",
+        '{"object":"error","message":"boom","type":"InternalServerError","param":null,"code":500}',
+        # crashes: glibc's heap checks, shells reporting a signal
+        "double free or corruption (out)",
+        "free(): invalid pointer",
+        "*** Error in `python3': corrupted size vs. prev_size: 0x00007f00",
+        "Floating point exception (core dumped)",
+        "Killed",
+        # a traceback whose exception has no Error/Exception in its name
+        'Traceback (most recent call last):\n  File "x.py", line 1, in f\n    g()\n'
+        "triton.runtime.errors.OutOfResources: out of resource: shared memory",
+    ],
+)
+def test_errors_in_other_formats_are_unrecognised(text: str) -> None:
+    found = [f for f in scan(text + "\n") if f.severity >= Severity.WARNING]
+    assert [f.category for f in found] == [Category.UNRECOGNISED]
+
+
+def test_a_traceback_ending_in_an_odd_exception_is_one_unit_named_by_it() -> None:
+    text = (
+        HEAD.format(s=1)
+        + "Traceback (most recent call last):\n"
+        + HEAD.format(s=1)
+        + '  File "/x/y.py", line 3, in f\n'
+        + HEAD.format(s=1)
+        + "mypkg.errors.Unsupported: layer kind\n"
+    )
+    (f,) = scan(text)
+    assert f.captures["message"] == "mypkg.errors.Unsupported: layer kind"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"object":"error","message":"too long","type":"BadRequestError","param":null,"code":400}',
+        "INFO 05-01 10:00:00 [x.py:1] request failed, error code is 400 (retrying)",
+        "2025-06-01 10:00:00,123 - lmdeploy - INFO - engine.py:100 - error: none",
+        "DrvMngGetConsoleLogLevel failed. (g_conLogLevel=3)",
+        "aclrtSetDevice returned, error code is 0",
+    ],
+)
+def test_near_misses_do_not_alarm(text: str) -> None:
+    assert [f for f in scan(text + "\n") if f.severity >= Severity.WARNING] == []
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Aug  1 08:38:31 localhost kernel: [ 1197.584409] [ascend] [ERROR] [hdcdrv] "
+        "[hdcdrv_session_close 300] session close failed, ret=-5",
+        "[ 1197.5] INFO: task python3:4242 blocked for more than 120 seconds.",
+        "[ 12.000001] pcieport 0000:00:01.0: AER: Uncorrected (Non-Fatal) error received",
+    ],
+)
+def test_kernel_fault_reports_are_unrecognised(line: str) -> None:
+    assert [f.category for f in scan(line + "\n", "host")] == [Category.UNRECOGNISED]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Aug  1 08:38:31 localhost kernel: [ 1197.5] usb 1-1: new high-speed USB device number 2",
+        "[ 5.1] ACPI Error: AE_NOT_FOUND, While resolving a named reference",
+        "[ 9.1] [ascend] [INFO] [devmng] device 3 ready",
+    ],
+)
+def test_kernel_noise_is_not(line: str) -> None:
+    assert scan(line + "\n", "host") == []
+
+
+def test_an_engine_death_does_not_explain_the_unknown_error_before_it() -> None:
+    text = (
+        HEAD.format(s=1)
+        + "Traceback (most recent call last):\n"
+        + HEAD.format(s=1)
+        + '  File "/x/y.py", line 3, in f\n'
+        + HEAD.format(s=1)
+        + "ValueError: the frobnicator is out of range\n"
+        + HEAD.format(s=1)
+        + "EngineCore encountered a fatal error.\n"
+    )
+    assert {f.category for f in scan(text)} == {Category.UNRECOGNISED, Category.ENGINE_DEAD}
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Error executing job with overrides: ['trainer.n_gpus_per_node=8']",
+        "Exception in thread Thread-3 (run):",
+        "    | RuntimeError: the frobnicator stopped",
+    ],
+)
+def test_sentences_that_announce_an_error_are_unrecognised(line: str) -> None:
+    assert [f.category for f in scan(line + "\n")] == [Category.UNRECOGNISED]
+
+
+def test_an_error_line_that_says_it_is_harmless_is_no_finding() -> None:
+    line = "ERROR 05-01 10:00:00 [x.py:1] Failed to read the cpu topology; this can be ignored.\n"
+    assert scan(line) == []
