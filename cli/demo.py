@@ -170,8 +170,9 @@ def run_demo(
     try:
         for name in names:
             scenario = load_scenario(name)
-            ok = asyncio.run(_run_scenario(scenario, host, base, state_dir))
-            results.append((name, ok))
+            # the scenario records its result itself, before it prints it: a Ctrl-C during
+            # the loop's teardown after "result:" must not lose a scenario the user saw end
+            asyncio.run(_run_scenario(scenario, host, base, state_dir, results))
     except KeyboardInterrupt:
         # Ctrl-C: what ran so far, and where it is recorded, instead of a traceback
         click.echo(f"\ninterrupted after {len(results)} of {plural(len(names), 'scenario')}")
@@ -200,7 +201,13 @@ def _summary(results: list[tuple[str, bool]], t0: float, state_dir: Path) -> Non
     click.echo(f"see: ascend-doctor incidents --state-dir {state_dir}")
 
 
-async def _run_scenario(scenario: Scenario, host: SimHost, config: Config, state_dir: Path) -> bool:
+async def _run_scenario(
+    scenario: Scenario,
+    host: SimHost,
+    config: Config,
+    state_dir: Path,
+    results: list[tuple[str, bool]],
+) -> bool:
     click.echo(f"== {scenario.name}: {scenario.description}")
     store = Store.in_dir(state_dir)
     store.clear_overrides()  # each scenario is a different deployment
@@ -249,6 +256,7 @@ async def _run_scenario(scenario: Scenario, host: SimHost, config: Config, state
         result = "escalated to a human" + (" (as it should)" if ok else "")
     else:
         result = f"no outcome within {SCENARIO_DEADLINE:.0f}s"
+    results.append((scenario.name, ok))
     click.echo(f"   result: {result}{'' if ok else ' (NOT AS EXPECTED)'}\n")
     return ok
 
