@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Callable
 
@@ -82,10 +83,13 @@ class LogWatch:
         if self.store.meta(TAILER_STARTED) is None:
             self.store.set_meta(TAILER_STARTED, time.time())
 
-    def drain(self) -> None:
-        """Read every source to its end now and hand on what the rules find."""
+    def drain(self, once: bool = False, names: bool = True) -> None:
+        """Read every source to its end now and hand on what the rules find. ``once``: one
+        pass unless a file had more than one read's worth (inotify wakes the loop for
+        anything written meanwhile); ``names=False``: no glob (see ``Tailer.poll``)."""
         while True:
-            chunks = self.tailer.poll() + (self.kernel.poll() if self.kernel else [])
+            chunks = self.tailer.poll(names) + (self.kernel.poll() if self.kernel else [])
+            names = False
             if not chunks:
                 break
             findings: list[Finding] = []
@@ -96,6 +100,8 @@ class LogWatch:
             self.tailer.commit()
             if self.kernel is not None:
                 self.kernel.commit()
+            if once and not self.tailer.more:
+                break
         self._on_drained()
 
     def scan_text(self, name: str, text: str, file_id: str) -> None:
@@ -110,15 +116,27 @@ class LogWatch:
         return list(self.tailer.paths())
 
     async def run(self) -> None:
-        """Drain whenever woken or every poll interval, until cancelled."""
+        """Drain whenever woken or every poll interval, until cancelled.
+
+        With inotify, a wake-up is one pass over the files followed, and new names are
+        looked for (the globs) only when inotify saw a file appear, move or go, or at the
+        poll interval; the wake is cleared before the pass, so a write during it wakes the
+        loop again. Without inotify every pass globs and reads until nothing is left."""
+        globbed = -math.inf
         while True:
+            waker = self._waker
+            inotify = waker is not None and waker.watching
+            names = waker.taken() if waker is not None and inotify else True
+            now = time.monotonic()
+            if names or now - globbed >= self.config.poll_interval:
+                names, globbed = True, now
+            self._wake.clear()
             try:
-                self.drain()
+                self.drain(once=inotify, names=names)
             except StoreError:
                 pass  # the store counts and logs it (once a minute); reading goes on
             except Exception:  # a failing part is logged and isolated; the daemon goes on
                 log.exception("tailing failed")
-            self._wake.clear()
             # asyncio.timeout, not wait_for: 3.11's wait_for can swallow the cancellation
             # that stops this loop, and then the daemon never finishes shutting down.
             with contextlib.suppress(TimeoutError):

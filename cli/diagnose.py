@@ -187,11 +187,7 @@ def diagnose(
                     result.lines_read += data.count(b"\n")
                     result.files_read += 1
                     continue
-                parts = (
-                    regular_pieces(f, already_read=len(head), block=parallel.BLOCK)
-                    if jobs > 1
-                    else []
-                )
+                parts = regular_pieces(f, already_read=len(head)) if jobs > 1 else []
                 if len(parts) > 1:
                     for size, newlines, found in scan_pieces(
                         engine, label, label, kind, parts, jobs, as_is
@@ -218,10 +214,11 @@ def _scan(
     result: Diagnosis,
     progress: Callable[[int], None] | None,
 ) -> None:
-    for chunk in read_chunks(f, label, kind, already_read=head, block=parallel.BLOCK):
+    block = parallel.block_of(f)
+    for chunk in read_chunks(f, label, kind, already_read=head, block=block):
         with paused_gc():
             _add(result, engine.scan(chunk), index)
-        result.lines_read += chunk.data.count(b"\n")
+        result.lines_read += chunk.lines
         if progress is not None:
             progress(len(chunk.data))
 

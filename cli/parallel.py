@@ -3,10 +3,10 @@
 A file is cut exactly where one process reading it would cut it (``read_chunks``: whole
 lines, a read of ``block`` bytes at a time), so every chunk, and with it every block across a
 cut, quiet window and context line, is what it would be in one process. Worker processes
-count each chunk's newlines (the first line number of each chunk), then scan them; the
-findings come back in file order. The one state an engine carries from chunk to chunk, the
-templates of unrecognised errors (drain3 learns them in order), is mined here, in order, so
-template ids and summaries are those of one process too.
+count each chunk's newlines into shared memory (the chunks after it start their line numbers
+from them), then scan it; the findings come back in file order. The one state an engine
+carries from chunk to chunk, the templates of unrecognised errors (drain3 learns them in
+order), is mined here, in order, so template ids and summaries are those of one process too.
 """
 
 from __future__ import annotations
@@ -20,18 +20,45 @@ import multiprocessing
 import os
 import stat
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ascend_doctor.core.events import Finding, LogChunk
 from ascend_doctor.rules import Engine
+from ascend_doctor.rules.lines import newline_marks
 
 T = TypeVar("T")
 UNRECOGNISED = "unrecognised"
 
 BLOCK = 4 << 20
-"""What an offline scan reads at a time (``read_chunks``' block): the size of a chunk."""
+"""What an offline scan reads at a time (``read_chunks``' block) at most: a chunk's size."""
+SHARES = 4
+"""A regular file of more than one chunk is cut into a multiple of this many chunks."""
+
+
+def block_for(size: int) -> int:
+    """The block an offline scan reads a regular file of ``size`` bytes with: at most
+    ``BLOCK``, cutting the file into chunks of about one size, a multiple of ``SHARES`` of
+    them, so that 1, 2 or 4 workers get even shares (a 6 MB log cut at 4 MiB gave one
+    worker two thirds of the work). It depends on the size alone: one process and any
+    number of workers cut a file in the same places."""
+    if size <= BLOCK:
+        return BLOCK
+    n = -(-size // BLOCK)
+    n += -n % SHARES
+    return -(-size // n)
+
+
+def block_of(stream: Any) -> int:
+    """The block to read ``stream`` with: :func:`block_for` its size when it is a regular
+    file, else ``BLOCK`` (a pipe, a FIFO, a tar member)."""
+    try:
+        st = os.fstat(stream.fileno())
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return BLOCK
+    return block_for(st.st_size) if stat.S_ISREG(st.st_mode) else BLOCK
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +78,7 @@ def regular_pieces(stream: Any, *, already_read: int = 0, block: int | None = No
         st = os.fstat(stream.fileno())
     except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
         return []
-    block = BLOCK if block is None else block
+    block = block_for(st.st_size) if block is None else block
     if not stat.S_ISREG(st.st_mode) or st.st_size <= already_read + block:
         return []
     return pieces(stream.fileno(), already_read=already_read, block=block)
@@ -89,15 +116,19 @@ class _Deferred:
 _engine: Engine | None = None
 _path = ""
 _render: Callable[[Finding], Any] = repr
+_counts: Any = None
 
 
-def _init(engine: Engine | None, rules: Any, path: str, render: Callable[[Finding], Any]) -> None:
-    global _engine, _path, _render
+def _init(
+    engine: Engine | None, rules: Any, path: str, render: Callable[[Finding], Any], counts: Any
+) -> None:
+    global _engine, _path, _render, _counts
     if engine is None:  # a spawned worker builds its own engine (the packs are cached)
-        engine = Engine(rules, clock=lambda: 0.0)
+        rules, before, after = rules
+        engine = Engine(rules, clock=lambda: 0.0, context_before=before, context_after=after)
     if engine.templates is not None:
         engine.templates = _Deferred()  # type: ignore[assignment]
-    _engine, _path, _render = engine, path, render
+    _engine, _path, _render, _counts = engine, path, render, counts
 
 
 def _read(piece: Piece) -> bytes:
@@ -109,22 +140,37 @@ def _read(piece: Piece) -> bytes:
     return data if data.endswith(b"\n") else data + b"\n"
 
 
-def _count(piece: Piece) -> int:
-    return _read(piece).count(b"\n")
+def _first_line(index: int) -> int:
+    """The number of the first line of chunk ``index``: one more than the newlines of the
+    chunks before it, which the workers that took them publish before they scan. Those were
+    taken before this one, so each is counted within a few milliseconds of being taken."""
+    counts = _counts
+    while True:
+        before = counts[:index]
+        if min(before, default=0) >= 0:
+            return 1 + int(sum(before))
+        time.sleep(0.0005)
 
 
-def _scan(task: tuple[Piece, str, str, int]) -> tuple[int, list[tuple[bool, Any]]]:
+def _scan(task: tuple[int, Piece, str, str]) -> tuple[int, list[tuple[bool, Any]]]:
     """A chunk's newlines and its findings, rendered here unless the parent must first mine
-    their template (then sent as they are, ``True``)."""
-    piece, label, kind, first_line = task
+    their template (then sent as they are, ``True``). The chunk's newlines are counted once,
+    published for the chunks after it, and handed to the engine."""
+    index, piece, label, kind = task
     assert _engine is not None
     data = _read(piece)
-    with paused_gc():
-        found = _engine.scan(LogChunk(label, kind, piece.offset, data, first_line=first_line))
+    marks = newline_marks(data)
+    newlines = marks[-1]
+    _counts[index] = newlines
+    chunk = LogChunk(label, kind, piece.offset, data, first_line=_first_line(index), lines=newlines)
     render = _render
     deferred = _engine.templates is not None
-    out = [(True, f) if deferred and f.rule == UNRECOGNISED else (False, render(f)) for f in found]
-    return data.count(b"\n"), out
+    with paused_gc():  # rendering makes no cycles either
+        found = _engine.scan(chunk, marks)
+        out = [
+            (True, f) if deferred and f.rule == UNRECOGNISED else (False, render(f)) for f in found
+        ]
+    return newlines, out
 
 
 def scan_pieces(
@@ -144,14 +190,13 @@ def scan_pieces(
     # child could inherit a held lock, so workers are spawned and build their own
     fork = threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("fork" if fork else "spawn")
-    args = (engine, None, path, render) if fork else (None, engine.rules, path, render)
+    # each chunk's newlines, -1 until its worker counted them (shared memory, no lock: one
+    # writer per slot)
+    counts = ctx.Array("q", [-1] * len(parts), lock=False)
+    settings = (engine.rules, engine.context_before, engine.context_after)
+    args = (engine, None, path, render, counts) if fork else (None, settings, path, render, counts)
     with ctx.Pool(min(jobs, len(parts)), initializer=_init, initargs=args) as pool:
-        counts = pool.map(_count, parts)
-        tasks = []
-        line = 1
-        for piece, n in zip(parts, counts, strict=True):
-            tasks.append((piece, label, kind, line))
-            line += n
+        tasks = [(i, piece, label, kind) for i, piece in enumerate(parts)]
         for piece, (newlines, found) in zip(parts, pool.imap(_scan, tasks), strict=True):
             yield (
                 piece.length,
@@ -201,6 +246,8 @@ __all__ = [
     "BLOCK",
     "Piece",
     "as_is",
+    "block_for",
+    "block_of",
     "default_jobs",
     "paused_gc",
     "pieces",

@@ -124,7 +124,8 @@ def scan(
     from ascend_doctor.cli import parallel
     from ascend_doctor.collectors.logs import read_chunks, source_kind
 
-    engine = Engine(_load(rule_dirs), clock=lambda: 0.0)
+    # a printed finding shows its first evidence line only: no context lines are cut for it
+    engine = Engine(_load(rule_dirs), clock=lambda: 0.0, context_before=0, context_after=0)
     gc.freeze()  # the packs live as long as the scan: the collector need not walk them
     jobs = jobs or parallel.default_jobs()
     found = 0
@@ -155,7 +156,8 @@ def scan(
                 ):
                     found += _print_lines(lines)
                 continue
-            chunks = read_chunks(stream, name, kind, already_read=head, block=parallel.BLOCK)
+            block = parallel.block_of(stream)
+            chunks = read_chunks(stream, name, kind, already_read=head, block=block)
             for chunk in chunks:
                 with parallel.paused_gc():
                     findings = engine.scan(chunk)

@@ -4,10 +4,12 @@ bundle and the demo share."""
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ascend_doctor.core.events import ProcessEvent, Severity
-from ascend_doctor.core.store import Store, StoredFinding
+
+if TYPE_CHECKING:  # `rules scan` prints a plural: it need not load the store
+    from ascend_doctor.core.store import Store, StoredFinding
 
 
 def incident_dicts(store: Store) -> list[dict[str, Any]]:

@@ -121,6 +121,7 @@ def emit(
     start = tracked.offset
     if not tracked.file_id:
         tracked.file_id = generation_of(tracked, data) if start == 0 else generation(tracked)
+    lines = body.count(b"\n")
     chunk = LogChunk(
         path=tracked.path,
         source=tracked.kind,
@@ -128,8 +129,8 @@ def emit(
         data=body,
         first_line=tracked.line,
         file_id=tracked.file_id,
+        lines=lines,
     )
-    lines = body.count(b"\n")
     if tracked.line:
         tracked.line += lines
     tracked.offset += consumed
@@ -210,9 +211,12 @@ def read_chunks(
         if cut == 0:
             pending = buf
             continue
-        body = buf[:cut] if buf[:cut].endswith(b"\n") else buf[:cut] + b"\n"
-        yield LogChunk(path, kind, offset, body, first_line=line)
-        line += body.count(b"\n")
+        body = buf[:cut] if cut < len(buf) else buf  # a slice of 4 MiB is a copy: one at most
+        if not body.endswith(b"\n"):
+            body += b"\n"
+        lines = body.count(b"\n")
+        yield LogChunk(path, kind, offset, body, first_line=line, lines=lines)
+        line += lines
         offset += cut
         pending = buf[cut:]
 

@@ -92,6 +92,7 @@ class Tailer:
         self._first_pass = True
         self._polls = 0
         self._dirty: dict[str, tuple[str, Checkpoint]] = {}
+        self.more = False  # the last poll left bytes unread (a read is READ_BYTES at most)
 
     def paths(self) -> list[str]:
         """Files currently followed."""
@@ -104,13 +105,17 @@ class Tailer:
         inotify queue. A directory that appears later is found by the stat pass."""
         return watch_dirs(self.sources)
 
-    def poll(self) -> list[LogChunk]:
-        """One stat-and-read pass over every source."""
+    def poll(self, names: bool = True) -> list[LogChunk]:
+        """One stat-and-read pass over every source. ``names=False`` looks only at the files
+        followed already and the plain paths (no glob: inotify said no name changed).
+        ``more`` tells afterwards whether a file had more than one read's worth."""
         self._polls += 1
+        self.more = False
         chunks: list[LogChunk] = []
         seen: set[str] = set()
         for src in self.sources:
-            paths = sorted(glob.glob(src.pattern)) if is_glob(src.pattern) else [src.pattern]
+            fixed = not is_glob(src.pattern)
+            paths = [src.pattern] if fixed else sorted(glob.glob(src.pattern)) if names else []
             for path in paths:
                 if path not in seen:
                     seen.add(path)
@@ -288,6 +293,7 @@ class Tailer:
         except OSError as exc:
             self._error(tracked.path, f"cannot read: {exc.strerror}")
             return []
+        self.more |= len(data) == READ_BYTES
         tracked.activity = self._polls
         if tracked.head_len > 0 and head_fd(tracked, tracked.head_len) != tracked.head:
             # truncated and rewritten while we read: these bytes may be the new generation's

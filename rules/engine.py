@@ -34,7 +34,7 @@ from ascend_doctor.rules.findings import (
 from ascend_doctor.rules.lines import Lines
 from ascend_doctor.rules.loader import QUIET_WINDOW, Rule, RuleSet, ThresholdRule
 from ascend_doctor.rules.matcher import make_prefilter
-from ascend_doctor.rules.parse import is_request_log, parse
+from ascend_doctor.rules.parse import is_request_log, may_echo, parse
 from ascend_doctor.rules.unrecognised import UNIT_KEYS, Templates
 
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
@@ -134,22 +134,23 @@ class Engine:
         self.lines_scanned = 0
         self.matches = 0
 
-    def scan(self, chunk: LogChunk) -> list[Finding]:
+    def scan(self, chunk: LogChunk, marks: list[int] | None = None) -> list[Finding]:
         """Findings in one chunk, in file order; a CANN error block is one finding.
+        ``marks``: the chunk's ``lines.newline_marks`` when its reader counted them.
 
         Rule matches and catalogued codes are gathered first (one per line: the best),
         blocks are merged, then every error unit nothing explained becomes an
         ``unrecognised`` finding. Request-log lines are never evidence.
         """
         data = chunk.data
-        lines = Lines(chunk)
-        self.lines_scanned += lines.total()  # the one walk: it also indexes line numbers
+        lines = Lines(chunk, marks)
+        self.lines_scanned += lines.total()
         hits: dict[int, list[tuple[tuple[object, ...], Finding]]] = {}
         request_log: dict[int, bool] = {}
 
         def echo(start: int, end: int) -> bool:
             if start not in request_log:
-                request_log[start] = is_request_log(data[start:end])
+                request_log[start] = may_echo(data, start, end) and is_request_log(data[start:end])
             return request_log[start]
 
         def keep(start: int, key: tuple[object, ...], finding: Finding) -> None:

@@ -82,6 +82,8 @@ def context_evidence(
     chunk: LogChunk, start: int, before_n: int, after_n: int, lines: Lines
 ) -> tuple[LogLine, ...]:
     """The line at ``start`` first, then ``before_n`` lines before and ``after_n`` after."""
+    if not (before_n or after_n):  # `rules scan` prints the line alone
+        return (lines.cut.get(start) or lines.at(start, lines.number(start)),)
     data = chunk.data
     size = len(data)
     at, cut = lines.at, lines.cut  # most lines were cut already (a neighbour's context)
@@ -139,8 +141,10 @@ def unexplained(
         # a unit is explained by a finding inside it or right after it, up to the next
         # unit (an exception's message and CANN block follow its exception line)
         stop = units[i + 1].first if i + 1 < len(units) else len(data)
-        if data.count(b"\n", unit.last, stop) >= 30:  # counted in C, walked only when far
-            stop = after_lines(data, unit.last, 30)
+        # 30 lines on at most: counted in C when the next unit is near, walked when far
+        near = min(stop, unit.last + 8192)
+        if near < stop or data.count(b"\n", unit.last, near) >= 30:
+            stop = min(stop, after_lines(data, unit.last, 30))
         j = bisect.bisect_left(starts, unit.first)
         if j < len(starts) and starts[j] < max(stop, unit.last + 1):
             continue

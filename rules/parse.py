@@ -16,7 +16,9 @@ lines, which are request-log echoes (never evidence) and where a message starts.
 from __future__ import annotations
 
 import re
+import re._parser as sre  # type: ignore[import-not-found]  # no stub; sre_parse warns
 from dataclasses import dataclass
+from typing import Any
 
 _OUTER = re.compile(
     # the kernel's log as syslog/journalctl and dmesg write it: "Aug  1 08:38:31 host kernel: ",
@@ -232,11 +234,79 @@ class Parsed:
     """The CANN module of a plog line (RUNTIME, HCCL, DRV, GE...)."""
 
 
+_DIGITS = frozenset(b"0123456789")
+
+
+def _sequence(items: Any) -> tuple[set[int] | None, bool]:
+    """(the bytes a parsed sequence can start with, whether it can match empty); None when
+    any byte might."""
+    out: set[int] = set()
+    for op, av in items:
+        if op in (sre.ASSERT, sre.ASSERT_NOT, sre.AT):
+            continue  # zero width
+        first, empty = _item(op, av)
+        if first is None:
+            return None, False
+        out |= first
+        if not empty:
+            return out, False
+    return out, True
+
+
+def _item(op: Any, av: Any) -> tuple[set[int] | None, bool]:
+    if op is sre.LITERAL:
+        return {av}, False
+    if op is sre.IN:
+        out: set[int] = set()
+        for kind, value in av:
+            if kind is sre.LITERAL:
+                out.add(value)
+            elif kind is sre.RANGE:
+                out.update(range(value[0], value[1] + 1))
+            elif kind is sre.CATEGORY and value is sre.CATEGORY_DIGIT:
+                out |= _DIGITS  # a bytes pattern's \d is ASCII
+            else:
+                return None, False  # a negation or another class: any byte, to be safe
+        return out, False
+    if op is sre.SUBPATTERN:
+        if av[1] & re.IGNORECASE:
+            return None, False  # (?i:...): its bytes in either case, to be safe any byte
+        return _sequence(av[3])
+    if op is sre.BRANCH:
+        alts = [_sequence(alt) for alt in av[1]]
+        if any(first is None for first, _ in alts):
+            return None, False
+        return set().union(*(first for first, _ in alts if first)), any(e for _, e in alts)
+    if op in (sre.MAX_REPEAT, sre.MIN_REPEAT):
+        first, empty = _sequence(av[2])
+        return first, empty or av[0] == 0
+    return None, False
+
+
+def _by_first_byte() -> list[tuple[tuple[str, re.Pattern[bytes]], ...]]:
+    """For each byte a message may start with, the headers that can start with it, in
+    their order: a line is tried against two or three header patterns, not eleven."""
+    parsed = [_sequence(sre.parse(h.pattern, h.flags)) for _, h in _HEADERS]
+    firsts = [
+        None if empty or h.flags & re.IGNORECASE else first
+        for (first, empty), (_, h) in zip(parsed, _HEADERS, strict=True)
+    ]
+    return [
+        tuple(h for h, f in zip(_HEADERS, firsts, strict=True) if f is None or b in f)
+        for b in range(256)
+    ]
+
+
+_HEADERS_BY_BYTE = _by_first_byte()
+
+
 def parse(line: bytes) -> Parsed:
     """The fields of one line (without its newline)."""
     m = _OUTER.match(line)
     pos = m.end() if m else 0
-    for name, header in _HEADERS:
+    if pos >= len(line):
+        return Parsed("", "", pos)  # every header holds at least one byte
+    for name, header in _HEADERS_BY_BYTE[line[pos]]:
         h = header.match(line, pos)
         if h is None:
             continue
@@ -275,6 +345,15 @@ def is_request_log(line: bytes) -> bool:
     and its engine-failure input dump."""
     if _ECHO_WORDS.search(line) is None:
         return False
+    return _is_echo(line)
+
+
+def may_echo(data: bytes, start: int, end: int) -> bool:
+    """False when ``data[start:end]`` holds none of an echo's words (no copy is made)."""
+    return _ECHO_WORDS.search(data, start, end) is not None
+
+
+def _is_echo(line: bytes) -> bool:
     p = parse(line)
     if p.header == "vllm" and ECHO_LOGGERS.search(p.logger):
         return True
@@ -295,6 +374,7 @@ __all__ = [
     "TRACEBACK",
     "Parsed",
     "is_request_log",
+    "may_echo",
     "message",
     "parse",
 ]

@@ -16,12 +16,13 @@ import hashlib
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-
-from drain3 import TemplateMiner
-from drain3.masking import MaskingInstruction
-from drain3.template_miner_config import TemplateMinerConfig
+from typing import TYPE_CHECKING, Any
 
 from ascend_doctor.rules.blocks import block_around
+
+if TYPE_CHECKING:
+    from drain3.masking import MaskingInstruction
+
 from ascend_doctor.rules.parse import (
     CANN_CODE,
     CONTINUATION,
@@ -224,6 +225,8 @@ def error_units(
 
 
 def _masking() -> list[MaskingInstruction]:
+    from drain3.masking import MaskingInstruction
+
     return [
         MaskingInstruction(r"0x[0-9a-fA-F]+", "HEX"),
         MaskingInstruction(r"\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?", "IP"),
@@ -232,17 +235,23 @@ def _masking() -> list[MaskingInstruction]:
 
 
 class Templates:
-    """drain3 over the messages of unrecognised units; one miner per engine."""
+    """drain3 over the messages of unrecognised units; one miner per engine, made (and
+    drain3 loaded, a tenth of a command's start-up) for the first unrecognised error."""
 
     def __init__(self) -> None:
-        config = TemplateMinerConfig()
-        config.profiling_enabled = False
-        config.masking_instructions = _masking()
-        config.drain_sim_th = 0.5
-        self._miner = TemplateMiner(config=config)
+        self._miner: Any = None
 
     def template(self, message: str) -> tuple[str, str]:
         """(template, stable id) of one message."""
+        if self._miner is None:
+            from drain3 import TemplateMiner
+            from drain3.template_miner_config import TemplateMinerConfig
+
+            config = TemplateMinerConfig()
+            config.profiling_enabled = False
+            config.masking_instructions = _masking()
+            config.drain_sim_th = 0.5
+            self._miner = TemplateMiner(config=config)
         result = self._miner.add_log_message(message[:2000])
         text = str(result.get("template_mined") or message)
         return text, hashlib.sha1(text.encode("utf-8")).hexdigest()[:12]

@@ -12,15 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ascend_doctor.agent.incidents import IncidentManager
-from ascend_doctor.agent.remediation.registry import ACTIONS, Cooldown
 from ascend_doctor.core.config import RemediationConfig
 from ascend_doctor.core.errors import StoreError
 from ascend_doctor.core.events import Incident
 from ascend_doctor.core.records import BudgetEntry, Ledger
 from ascend_doctor.core.store import Store
+
+if TYPE_CHECKING:  # `status` reads the brakes: it need not load the actions or incidents
+    from ascend_doctor.agent.incidents import IncidentManager
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,9 @@ class Policy:
             return {}
 
     def _period(self, key: str) -> float:
+        # the registry loads every action's module (npu-smi, asyncio): only when one ran
+        from ascend_doctor.agent.remediation.registry import ACTIONS, Cooldown
+
         spec = ACTIONS.get(key.split(":", 1)[0])
         if spec is not None and spec.cooldown == Cooldown.DEVICE:
             return self.config.reset_cooldown

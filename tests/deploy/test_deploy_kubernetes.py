@@ -270,7 +270,7 @@ def test_device_reset_overlay_is_the_only_privileged_variant(tmp_path: Path) -> 
 
 def test_resources_are_sized_from_the_footprint_benchmark() -> None:
     readme = (ROOT / "README.md").read_text()
-    m = re.search(r"([\d.]+) MiB RSS, ([\d.]+)% of a core \(3 runs: [\d.]+-([\d.]+)%\)", readme)
+    m = re.search(r"([\d.]+) MiB RSS, ([\d.]+)% of a core \(\d runs: [\d.]+-([\d.]+)%", readme)
     assert m, "README's footprint figures moved: update this test and the DaemonSet"
     rss_mib, worst_cpu = float(m.group(1)), float(m.group(3)) / 100
     res = _container(by_kind(build(K8S / "base"), "DaemonSet"))["resources"]

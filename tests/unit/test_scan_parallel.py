@@ -148,3 +148,37 @@ def test_diagnose_ranks_the_same_with_workers(
     many = report(diagnose([tmp_path], RULES, jobs=2), RULES)
     assert one["root_causes"] and one["timeline"]
     assert many == one
+
+
+@pytest.mark.parametrize("size", [1, 4 << 20, (4 << 20) + 1, 6_400_000, 600 << 20, 10**10])
+def test_blocks_share_a_file_evenly(size: int) -> None:
+    block = parallel.block_for(size)
+    assert block <= parallel.BLOCK
+    if size > parallel.BLOCK:
+        chunks = -(-size // block)
+        assert chunks % parallel.SHARES == 0
+        assert chunks * block - size < chunks  # about one size each: the last one is short
+        # by less than one byte per chunk
+
+
+def test_rules_scan_prints_the_same_with_workers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The whole command: the file cut by its size, counted and numbered by the workers,
+    printed in order, is what one process prints (-j 1 reads it with read_chunks)."""
+    from click.testing import CliRunner
+
+    from ascend_doctor.cli.rules import rules_group
+
+    monkeypatch.setattr(parallel, "BLOCK", 65536)
+    path = tmp_path / "server.log"
+    path.write_bytes(_log(5, 700_000))
+    with path.open("rb") as f:
+        assert len(parallel.regular_pieces(f)) >= 8
+    runner = CliRunner()
+    one = runner.invoke(rules_group, ["scan", "--json", "-j", "1", str(path)])
+    many = runner.invoke(rules_group, ["scan", "--json", "-j", "2", str(path)])
+    assert one.exit_code == 0, one.output
+    rows = [json.loads(line) for line in one.output.splitlines()]
+    assert len(rows) > 100 and rows[-1]["line"] > 4000
+    assert many.output == one.output

@@ -312,3 +312,48 @@ def test_unopenable_file_is_reported_with_path_and_reason(
     assert t.stats.errors == 2  # tried again each pass, reported once
     reports = [r.getMessage() for r in caplog.records if "weird.log" in r.getMessage()]
     assert reports == [f"{tmp_path / 'weird.log'}: not a regular file: not read; skipping it"]
+
+
+def test_a_pass_without_names_reads_followed_files_only(tmp_path: Path, tailer: Any) -> None:
+    """Inotify said only contents changed: no glob, the files followed are still read."""
+    old = tmp_path / "a.log"
+    old.write_text("")
+    t = tailer([Source(str(tmp_path / "*.log"), "server")], Mem())
+    assert lines(t) == []
+    with old.open("a") as f:
+        f.write("appended\n")
+    (tmp_path / "b.log").write_text("in a new file\n")
+    assert [c.data for c in t.poll(names=False)] == [b"appended\n"]
+    assert not t.more
+    assert [c.data for c in t.poll()] == [b"in a new file\n"]
+
+
+def test_a_read_that_fills_its_limit_asks_for_another_pass(tmp_path: Path, tailer: Any) -> None:
+    from ascend_doctor.collectors.log_files import READ_BYTES
+
+    path = tmp_path / "a.log"
+    path.write_text("")
+    t = tailer([Source(str(path), "server")], Mem())
+    lines(t)
+    path.write_bytes(b"x" * 99 + b"\n" + b"y\n" * READ_BYTES)
+    t.poll(names=False)
+    assert t.more
+    t.poll(names=False)
+    t.poll(names=False)
+    assert not t.more
+
+
+def test_waker_wakes_once_per_burst_and_tells_new_names() -> None:
+    from ascend_doctor.collectors.inotify import Waker
+
+    wakes: list[int] = []
+    waker = Waker(lambda: wakes.append(1))
+    for _ in range(16):
+        waker._event("modified")
+    assert len(wakes) == 1
+    assert waker.taken() is False  # contents only: no glob needed
+    waker._event("modified")
+    waker._event("created")
+    assert len(wakes) == 2
+    assert waker.taken() is True
+    assert waker.taken() is False
