@@ -25,15 +25,22 @@ def kept(
 ) -> list[tuple[tuple[object, ...], Finding]]:
     """What a line keeps: every rule match; a code only where no rule of its category
     matched (the rule's summary carries the captures), one per category; a generic match
-    only where nothing specific did."""
+    only where nothing specific did. A generic root cause yields only to a specific root
+    cause: a symptom's wording around it ("Worker failed with error 'ImportError: ...'")
+    does not hide the cause it quotes."""
     if len(line_hits) == 1:
         return line_hits  # one match: kept (the common case in a failure-dense log)
     ordered = sorted(line_hits, key=lambda h: h[0])
+    specific_root = any(not key[1] and not key[0] for key, _ in ordered)
     specific = any(not key[1] for key, _ in ordered)
-    categories = {f.category for key, f in ordered if key[3] == 0 and not (key[1] and specific)}
+
+    def yields(key: tuple[object, ...]) -> bool:
+        return bool(key[1]) and (specific_root if not key[0] else specific)
+
+    categories = {f.category for key, f in ordered if key[3] == 0 and not yields(key)}
     out: list[tuple[tuple[object, ...], Finding]] = []
     for key, finding in ordered:
-        if key[1] and specific:
+        if yields(key):
             continue
         if key[3] == 1:
             if finding.category in categories:

@@ -100,6 +100,26 @@ def test_generic_code_yields_to_specific_in_a_block() -> None:
     assert f.category == Category.AICORE_ERROR and f.role == Role.ROOT
 
 
+def test_a_generic_root_cause_is_not_hidden_by_a_symptom_quoting_it() -> None:
+    # the engine-death wording around the import error is a specific symptom; the import
+    # error is a generic root cause and stays, ranked before the symptom
+    line = (
+        "(EngineCore_DP0 pid=1) ERROR 01-01 00:00:00 [core.py:1] RuntimeError: Worker failed"
+        " with error 'ImportError: initialization failed', please check the stack trace above\n"
+    )
+    found = ENGINE.scan(LogChunk("x", "server", 0, line.encode()))
+    assert {(f.category, f.role) for f in found} == {
+        (Category.ENV_MISMATCH, Role.ROOT),
+        (Category.ENGINE_DEAD, Role.SYMPTOM),
+    }
+
+
+def test_a_generic_root_cause_yields_to_a_specific_one() -> None:
+    line = "ImportError: libatb.so: cannot open shared object file: No such file or directory\n"
+    found = ENGINE.scan(LogChunk("x", "server", 0, line.encode()))
+    assert [f.rule for f in found] == ["cann-nnal-libatb-missing"]
+
+
 def test_bad_catalogue_is_refused_with_file_and_line(tmp_path: Path) -> None:
     (tmp_path / "site.yaml").write_text(
         "kind: acl\ncodes:\n"
