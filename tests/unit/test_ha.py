@@ -275,3 +275,22 @@ def test_each_servers_telemetry_resource_names_it(tmp_path: Path) -> None:
         assert SERVER_KEY not in build_resource(store).attributes  # one server: as before
     finally:
         store.close()
+
+
+def test_each_servers_alerts_name_their_server(tmp_path: Path) -> None:
+    from ascend_doctor.agent.fleet_run import Fleet
+    from ascend_doctor.rules import load_rules
+
+    text = (
+        '[alerts]\nhost = "atlas-7"\n'
+        + SERVER.format(name="a", port=8001, dev=0)
+        + SERVER.format(name="b", port=8002, dev=1)
+    )
+    config = load_config(_cfg(tmp_path, text))
+    fleet = Fleet(config, tmp_path / "state", load_rules(), base_env={})
+    try:
+        hosts = [d.config.alerts.host for d in fleet.daemons]
+        assert hosts == ["atlas-7/a", "atlas-7/b"]  # a page says which instance it is about
+    finally:
+        for d in fleet.daemons:
+            d.shutdown()
