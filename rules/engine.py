@@ -34,7 +34,7 @@ from ascend_doctor.rules.findings import (
 from ascend_doctor.rules.lines import Lines
 from ascend_doctor.rules.loader import QUIET_WINDOW, Rule, RuleSet, ThresholdRule
 from ascend_doctor.rules.matcher import make_prefilter
-from ascend_doctor.rules.parse import is_request_log, may_echo, parse
+from ascend_doctor.rules.parse import Parsed, is_request_log, may_echo, parse
 from ascend_doctor.rules.unrecognised import UNIT_KEYS, Templates
 
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
@@ -147,6 +147,8 @@ class Engine:
         self.lines_scanned += lines.total()
         hits: dict[int, list[tuple[tuple[object, ...], Finding]]] = {}
         request_log: dict[int, bool] = {}
+        # lines parsed for a rule's level, by start: the unrecognised pass reads them again
+        parsed: dict[int, Parsed] = {}
 
         def echo(start: int, end: int) -> bool:
             if start not in request_log:
@@ -172,7 +174,7 @@ class Engine:
                 m = rule.regex.search(data, start, min(end, start + MAX_LINE))
                 if m is None or echo(start, end):
                     continue  # a match across lines, or a prompt quoting an error
-                if rule.levels and not _level_fits(rule.levels, data[start:end]):
+                if rule.levels and not _level_fits(rule.levels, data, start, end, parsed):
                     continue  # the phrase quoted in a line of another level (INFO, a warning)
                 if rule.quiet_after is not None and rule.quiet_after.search(
                     data, max(0, start - QUIET_WINDOW), start
@@ -215,6 +217,7 @@ class Engine:
                 sorted(set(unit_lines)),
                 frozenset(coded_errors),
                 frozenset(quiet),
+                parsed,
             )
             findings = sorted(findings + extra, key=lambda f: f.offset)
         self.matches += len(findings)
@@ -283,8 +286,13 @@ class Engine:
         )
 
 
-def _level_fits(levels: frozenset[str], line: bytes) -> bool:
-    level = parse(line).level
+def _level_fits(
+    levels: frozenset[str], data: bytes, start: int, end: int, parsed: dict[int, Parsed]
+) -> bool:
+    p = parsed.get(start)
+    if p is None:
+        p = parsed[start] = parse(data[start:end])
+    level = p.level
     return not level or level in levels
 
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from ascend_doctor.core.events import Category, Finding, LogChunk, LogLine, Role, Severity
 from ascend_doctor.rules.codes import CodeHit, device_of
 from ascend_doctor.rules.lines import Lines
-from ascend_doctor.rules.parse import parse
+from ascend_doctor.rules.parse import Parsed, parse
 from ascend_doctor.rules.unrecognised import Templates, Unit, error_units
 
 _DEVICE_CATEGORIES = frozenset(
@@ -113,9 +113,11 @@ def unexplained(
     candidates: list[int] | None = None,
     forced: frozenset[int] = frozenset(),
     quiet: frozenset[int] = frozenset(),
+    parsed: dict[int, Parsed] | None = None,
 ) -> list[Finding]:
     """An ``unrecognised`` finding for every error unit no finding of ``merged`` explains
-    (``quiet`` lines are expected where they are: no unit holding one is reported)."""
+    (``quiet`` lines are expected where they are: no unit holding one is reported;
+    ``parsed``: lines parsed already, by their start)."""
     data = chunk.data
     # an engine's death is a consequence: it explains the line it is on, never an unknown
     # error next to it (the worker's exception before "EngineCore encountered a fatal error")
@@ -124,7 +126,7 @@ def unexplained(
         (first, end) for f, first, end in merged if f.category is not Category.ENGINE_DEAD
     )
     starts = [first for first, _ in covered]
-    units = error_units(data, chunk.source, candidates, forced)
+    units = error_units(data, chunk.source, candidates, forced, parsed)
     out = []
     for i, unit in enumerate(units):
         if unit.key_line in quiet or unit.first in quiet:

@@ -35,6 +35,7 @@ from ascend_doctor.rules.parse import (
     JSON_ERROR,
     REQUEST_LOG,
     TRACEBACK,
+    Parsed,
     parse,
 )
 
@@ -90,6 +91,11 @@ def _line(data: bytes, start: int) -> bytes:
     return data[start : end if end >= 0 else len(data)]
 
 
+def _holds_traceback(data: bytes, start: int) -> bool:
+    end = data.find(b"\n", start)
+    return data.find(b"Traceback", start, len(data) if end < 0 else end) >= 0
+
+
 def _candidate_starts(data: bytes) -> Iterator[int]:
     last = -1
     for m in _CANDIDATE.finditer(data):
@@ -104,15 +110,24 @@ ANY_EXCEPTION = re.compile(rb"(?:[A-Za-z_]\w{0,60}\.){0,8}[A-Za-z_]\w{0,60}(?:: 
 (``torch._dynamo.exc.Unsupported: ...``, ``StopIteration``)."""
 
 
-def _exception_after(data: bytes, start: int) -> int:
+def _parsed(data: bytes, start: int, parsed: dict[int, Parsed]) -> tuple[bytes, Parsed]:
+    """The line at ``start`` and its fields, parsed once per chunk (``parsed`` is the memo
+    the engine shares between its level check and this pass)."""
+    line = _line(data, start)
+    p = parsed.get(start)
+    if p is None:
+        p = parsed[start] = parse(line)
+    return line, p
+
+
+def _exception_after(data: bytes, start: int, parsed: dict[int, Parsed]) -> int:
     """Offset of the exception line ending the traceback whose header is at ``start``, or -1
     when the first line after its frames does not look like one (another process's output)."""
     pos = data.find(b"\n", start) + 1
     for _ in range(MAX_TRACEBACK_LINES):
         if pos <= 0 or pos >= len(data):
             return -1
-        line = _line(data, pos)
-        p = parse(line)
+        line, p = _parsed(data, pos, parsed)
         msg = line[p.message :]
         if msg.strip() and p.level not in ("INFO", "DEBUG") and not CONTINUATION.match(msg):
             if TRACEBACK.match(msg) or not ANY_EXCEPTION.match(msg):
@@ -132,10 +147,14 @@ def error_units(
     source: str = "server",
     candidates: Iterable[int] | None = None,
     forced: frozenset[int] = frozenset(),
+    parsed: dict[int, Parsed] | None = None,
 ) -> list[Unit]:
     """Every error unit of a chunk of ``source``, in file order. ``candidates`` are the
     starts of the lines ``UNIT_KEYS`` matched, in order (found here when not given);
-    ``forced`` are lines holding a catalogued error code, errors whatever their header."""
+    ``forced`` are lines holding a catalogued error code, errors whatever their header;
+    ``parsed``: lines of the chunk parsed already, by their start (filled in here)."""
+    if parsed is None:
+        parsed = {}
     python = source in PYTHON_SOURCES
     units: list[Unit] = []
     traceback_at = -1
@@ -145,7 +164,7 @@ def error_units(
     found = list(_candidate_starts(data) if candidates is None else candidates)
     # a traceback ends at its exception line even when the exception's name is no keyword
     late = (
-        {_exception_after(data, start) for start in found if b"Traceback" in _line(data, start)}
+        {_exception_after(data, start, parsed) for start in found if _holds_traceback(data, start)}
         - {-1}
         if python
         else set()
@@ -154,8 +173,7 @@ def error_units(
     for start in sorted(set(found) | extra) if extra else found:
         if start <= covered_to:
             continue
-        line = _line(data, start)
-        p = parse(line)
+        line, p = _parsed(data, start, parsed)
         msg = line[p.message :]
         if REQUEST_LOG.match(msg) or (p.header == "vllm" and ECHO_LOGGERS.search(p.logger)):
             continue  # echoes of requests (prompts, outputs, the scheduler dump)
