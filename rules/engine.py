@@ -74,6 +74,18 @@ def fill(template: str, values: dict[str, Any]) -> str:
         return template
 
 
+def _fill_text(template: str, captures: dict[str, str]) -> str:
+    """:func:`fill` for a rule's captures, which are text already (no value to convert)."""
+    if "[[" in template:
+        return fill(template, captures)
+    if "{" not in template:
+        return template
+    try:
+        return template.format_map(_Blank(captures))
+    except (ValueError, IndexError):
+        return template
+
+
 def _text(value: Any) -> str:
     """A value as a summary shows it: a whole float without its ``.0`` (1 request, not 1.0)."""
     if isinstance(value, float) and value.is_integer():
@@ -237,8 +249,8 @@ class Engine:
             category=rule.category,
             severity=rule.severity,
             role=rule.role,
-            subject=fill(rule.subject, captures),
-            summary=fill(rule.summary, captures),
+            subject=_fill_text(rule.subject, captures),
+            summary=_fill_text(rule.summary, captures),
             at=self._clock(),
             captures=captures,
             evidence=context_evidence(chunk, start, self.context_before, self.context_after, lines),
