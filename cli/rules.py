@@ -179,6 +179,10 @@ def _print_lines(lines: list[str]) -> int:
 
 def _finding_line(f: Any, as_json: bool) -> str:
     first = f.evidence[0] if f.evidence else None
+    if as_json and first is not None:
+        line = _json_line(f, first)
+        if line is not None:
+            return line
     row = {
         "rule": f.rule,
         "category": f.category.value,
@@ -189,31 +193,38 @@ def _finding_line(f: Any, as_json: bool) -> str:
         "captures": f.captures,
     }
     if as_json:
-        return _json_row(row)
+        return json.dumps(row)
     return f"{row['path']}:{row['line']}: [{row['category']}] {f.summary}"
 
 
 _QUOTE = json.encoder.encode_basestring_ascii  # what json.dumps quotes strings with
 
 
-def _json_row(row: dict[str, Any]) -> str:
-    """``json.dumps(row)``, byte for byte, written directly when every value is a plain str
-    (the line number an int, the captures str to str): a failure-dense log prints a row per
-    line, and the encoder's set-up per call costs more than the row."""
-    captures = row["captures"]
-    if type(row["line"]) is not int or not all(
-        type(row[k]) is str for k in ("rule", "category", "severity", "path", "text")
+def _json_line(f: Any, first: Any) -> str | None:
+    """``json.dumps`` of the row ``_finding_line`` builds, byte for byte, written directly
+    when every value is a plain str (the line number an int, the captures str to str): a
+    failure-dense log prints a row per line, and the encoder's set-up per call costs more
+    than the row. None for any other value (then json.dumps writes it)."""
+    rule, category, severity, path = f.rule, f.category.value, f.severity.label, f.path
+    number, text = first.line, first.text
+    if (
+        type(number) is not int
+        or type(rule) is not str
+        or type(category) is not str
+        or type(severity) is not str
+        or type(path) is not str
+        or type(text) is not str
     ):
-        return json.dumps(row)
+        return None
     parts = []
-    for k, v in captures.items():
+    for k, v in f.captures.items():
         if type(k) is not str or type(v) is not str:
-            return json.dumps(row)
+            return None
         parts.append(f"{_QUOTE(k)}: {_QUOTE(v)}")
     return (
-        f'{{"rule": {_QUOTE(row["rule"])}, "category": {_QUOTE(row["category"])}, '
-        f'"severity": {_QUOTE(row["severity"])}, "path": {_QUOTE(row["path"])}, '
-        f'"line": {row["line"]}, "text": {_QUOTE(row["text"])}, '
+        f'{{"rule": {_QUOTE(rule)}, "category": {_QUOTE(category)}, '
+        f'"severity": {_QUOTE(severity)}, "path": {_QUOTE(path)}, '
+        f'"line": {number}, "text": {_QUOTE(text)}, '
         f'"captures": {{{", ".join(parts)}}}}}'
     )
 

@@ -312,7 +312,7 @@ def parse(line: bytes) -> Parsed:
             continue
         groups = h.groupdict()
         raw = groups.get("level") or b""
-        level = _LEVELS.get(raw.upper(), raw.decode().upper())
+        level = _LEVELS.get(raw.upper()) or raw.decode().upper()
         end = h.end()
         after = _OUTER.match(line, end)  # vLLM repeats the rank tag after its own header
         end = after.end() if after else end
