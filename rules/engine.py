@@ -129,6 +129,9 @@ class Engine:
             for source in rule.sources:
                 by_source[source].append(rule)
         self._by_source = dict(by_source)
+        self._keys = {
+            s: [_rule_key(rule, i) for i, rule in enumerate(rs)] for s, rs in by_source.items()
+        }
         # codes and error lines are found in the same pass as the rules: two extra patterns
         self._prefilters = {
             s: make_prefilter(by_source.get(s, []), matcher, (CODE_KEYS, UNIT_KEYS))
@@ -176,13 +179,17 @@ class Engine:
         quiet: set[int] = set()
         if prefilter is not None:
             rules = self._by_source.get(chunk.source, [])
+            keys = self._keys.get(chunk.source, [])
+            n_rules, size = len(rules), len(data)
             # in file order: line numbers are counted forward from the last one
             for index, start in sorted(prefilter.candidates(data), key=_START):
-                if index >= len(rules):
-                    (code_lines if index == len(rules) else unit_lines).append(start)
+                if index >= n_rules:
+                    (code_lines if index == n_rules else unit_lines).append(start)
                     continue
                 rule = rules[index]
-                end = end_of(data, start)
+                end = data.find(b"\n", start)
+                if end < 0:
+                    end = size
                 m = rule.regex.search(data, start, min(end, start + MAX_LINE))
                 if m is None or echo(start, end):
                     continue  # a match across lines, or a prompt quoting an error
@@ -193,8 +200,7 @@ class Engine:
                 ):
                     quiet.add(start)  # expected here: no finding, no unrecognised error
                     continue
-                key = (rule.role != Role.ROOT, rule.generic, -rule.severity, 0, index)
-                keep(start, key, self._finding(rule, chunk, m.groupdict(), start, lines))
+                keep(start, keys[index], self._finding(rule, chunk, m, start, lines))
         coded_errors: set[int] = set()
         for line_start in sorted(set(code_lines)) if chunk.source in CODE_SOURCES else ():
             for hit in self._codes.scan(data, line_start, end_of(data, line_start)):
@@ -214,7 +220,7 @@ class Engine:
         found = [
             (start, finding, key)
             for start, line_hits in sorted(hits.items())
-            for key, finding in kept(line_hits)
+            for key, finding in (line_hits if len(line_hits) == 1 else kept(line_hits))
         ]
         merged = merge_blocks(data, chunk, found, lines)
         findings = [f for f, _, _ in merged]
@@ -239,11 +245,13 @@ class Engine:
         self,
         rule: Rule,
         chunk: LogChunk,
-        groups: dict[str, bytes | None],
+        m: re.Match[bytes],
         start: int,
         lines: Lines,
     ) -> Finding:
-        captures = {k: v.decode("utf-8", "replace") for k, v in groups.items() if v is not None}
+        captures = {
+            k: v.decode("utf-8", "replace") for k, v in m.groupdict().items() if v is not None
+        }
         return Finding(
             rule=rule.id,
             category=rule.category,
@@ -296,6 +304,11 @@ class Engine:
             remediation=rule.remediation,
             explain=rule.explain,
         )
+
+
+def _rule_key(rule: Rule, index: int) -> tuple[object, ...]:
+    """How a rule's match ranks among the findings of its line (see ``findings.kept``)."""
+    return (rule.role != Role.ROOT, rule.generic, -rule.severity, 0, index)
 
 
 def _level_fits(
