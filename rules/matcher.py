@@ -170,6 +170,7 @@ class HyperscanPrefilter:
         self.rules = list(rules)
         self._db: Any = None
         patterns = [r.pattern for r in self.rules] + list(extras)
+        self._patterns = len(patterns)
         if not patterns:
             return
         self._db = _database(patterns)
@@ -181,16 +182,19 @@ class HyperscanPrefilter:
         out: list[tuple[int, int]] = []
         # per pattern, the end (one past the newline) of the line of its last candidate:
         # matches come in order of their end, so a match ending before it is the same line
-        line_end: dict[int, int] = {}
+        # (a list, not a dict: the callback runs for every match, many per line in a
+        # failure-dense log)
+        line_end = [-1] * self._patterns
         size = len(data)
+        find, rfind, append = data.find, data.rfind, out.append
 
         def on_match(rule: int, start: int, end: int, flags: int, ctx: object) -> None:
-            if end <= line_end.get(rule, -1):
+            if end <= line_end[rule]:
                 return
-            at = max(start, end - 1)
-            nl = data.find(b"\n", at)
+            at = end - 1 if end - 1 > start else start
+            nl = find(b"\n", at)
             line_end[rule] = size if nl < 0 else nl + 1
-            out.append((rule, data.rfind(b"\n", 0, at) + 1))
+            append((rule, rfind(b"\n", 0, at) + 1))
 
         self._db.scan(data, match_event_handler=on_match, scratch=self._scratch)
         return out
