@@ -207,6 +207,10 @@ def unit_finding(
     )
 
 
+_LABEL = {"acl": "ACL", "cann": "CANN", "hccl": "HCCL", "device_fault": "NPU fault"}
+"""How a code's kind is named in a summary (other kinds by their own name)."""
+
+
 def code_finding(
     hit: CodeHit,
     chunk: LogChunk,
@@ -217,12 +221,12 @@ def code_finding(
     """A catalogued code as a finding: its category, meaning and remediation."""
     entry = hit.entry
     data = chunk.data
-    line = data[start : end_of(data, start)]
-    device = device_of(line) if entry.category in _DEVICE_CATEGORIES else ""
-    label = {"acl": "ACL", "cann": "CANN", "hccl": "HCCL", "device_fault": "NPU fault"}
+    device = (
+        device_of(data[start : end_of(data, start)]) if entry.category in _DEVICE_CATEGORIES else ""
+    )
     name = f" {entry.name}" if entry.name and entry.kind != "cann" else ""
     printed = entry.code if entry.kind != "cann" else f"{entry.code} {entry.name}".strip()
-    summary = f"{label.get(entry.kind, entry.kind)} {printed}{name}: {entry.meaning}"
+    summary = f"{_LABEL.get(entry.kind, entry.kind)} {printed}{name}: {entry.meaning}"
     if entry.level:
         summary += f" (fault level {entry.level})"
     captures = {"code": entry.code, "kind": entry.kind, "printed": hit.printed}
