@@ -29,6 +29,7 @@ from ascend_doctor.core.errors import ConfigError
 from ascend_doctor.core.events import Category, Finding, ProcessEvent, ProcessState, Role, Severity
 from ascend_doctor.core.launch import LaunchSpec
 from ascend_doctor.core.procs import listening_pid, pid_alive
+from ascend_doctor.core.words import plural
 
 log = logging.getLogger(__name__)
 
@@ -189,7 +190,9 @@ class AttachedServer:
             return
         self.probe_failures += 1
         if self.probe_failures >= self.config.probe_failures:
-            await self._down(f"/health failed {self.probe_failures} times in a row", self.pid)
+            await self._down(
+                f"/health failed {plural(self.probe_failures, 'time')} in a row", self.pid
+            )
 
     async def _down(self, why: str, pid: int | None) -> None:
         """The server went away: decide with the daemon, restart only through the command."""

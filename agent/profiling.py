@@ -33,6 +33,7 @@ from ascend_doctor.core.config import ProfilingConfig
 from ascend_doctor.core.errors import RemediationError
 from ascend_doctor.core.records import Artifact, ProfileSummary, ProfilingSetup
 from ascend_doctor.core.store import Store
+from ascend_doctor.core.words import plural
 
 TORCH_KIND = "torch_profile"
 MSPROF_KIND = "msprof_profile"
@@ -171,7 +172,7 @@ async def check_progress(
         return  # no metrics to judge by: the request timeouts still bound the capture
     if running > 0 and after <= before:
         raise ProfileError(
-            f"the engine has {running:g} requests running and generated no token in "
+            f"the engine has {plural(running, 'request')} running and generated no token in "
             f"{window:g}s: a profile request would wait on its stuck step"
         )
 

@@ -7,6 +7,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ascend_doctor.core.events import ProcessEvent, Severity
+from ascend_doctor.core.words import plural
 
 if TYPE_CHECKING:  # `rules scan` prints a plural: it need not load the store
     from ascend_doctor.core.store import Store, StoredFinding
@@ -50,11 +51,6 @@ def when(at: float | None, utc: bool = False) -> str:
         return "-"
     t = time.gmtime(at) if utc else time.localtime(at)
     return time.strftime("%Y-%m-%d %H:%M:%S %Z" if not utc else "%Y-%m-%d %H:%M:%S UTC", t)
-
-
-def plural(n: int, word: str, words: str | None = None) -> str:
-    """``1 attempt``, ``2 attempts``."""
-    return f"{n} {word if n == 1 else (words or word + 's')}"
 
 
 def finding_dict(stored: StoredFinding) -> dict[str, Any]:

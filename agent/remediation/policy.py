@@ -19,6 +19,7 @@ from ascend_doctor.core.errors import StoreError
 from ascend_doctor.core.events import Incident
 from ascend_doctor.core.records import BudgetEntry, Ledger
 from ascend_doctor.core.store import Store
+from ascend_doctor.core.words import plural
 
 if TYPE_CHECKING:  # `status` reads the brakes: it need not load the actions or incidents
     from ascend_doctor.agent.incidents import IncidentManager
@@ -63,7 +64,8 @@ class Policy:
         if len(same) >= self.config.breaker_count:
             return Verdict(
                 False,
-                f"{category} was remediated {len(same)} times in {self.config.breaker_hours:g}h:"
+                f"{category} was remediated {plural(len(same), 'time')} in "
+                f"{self.config.breaker_hours:g}h:"
                 " a human must look (acknowledge an incident of it to re-arm)",
             )
         keep = [e for e in history if now - e.at < self.config.breaker_hours * 3600]

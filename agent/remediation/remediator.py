@@ -33,6 +33,7 @@ from ascend_doctor.core.events import (
     PlannedAction,
 )
 from ascend_doctor.core.records import InFlight
+from ascend_doctor.core.words import plural
 from ascend_doctor.rules.loader import RuleSet
 
 log = logging.getLogger(__name__)
@@ -74,7 +75,9 @@ class Remediator:
         if held is not None:
             return held
         if inc.attempts >= cfg.max_attempts:
-            return self._escalate(inc, f"{inc.attempts} attempts made (limit {cfg.max_attempts})")
+            return self._escalate(
+                inc, f"{plural(inc.attempts, 'attempt')} made (limit {cfg.max_attempts})"
+            )
         if inc.step >= len(steps):
             why = "no remediation step left" if steps else "no automatic fix for this failure"
             return self._escalate(inc, why)

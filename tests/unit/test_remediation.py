@@ -142,7 +142,7 @@ async def test_attempt_limit(tmp_path: Path) -> None:
     await w.remediator.remediate(inc_id)
     result = await w.remediator.remediate(inc_id)
     assert result.escalated
-    assert "1 attempts made (limit 1)" in w.store.actions(inc_id)[-1].reason
+    assert "1 attempt made (limit 1)" in w.store.actions(inc_id)[-1].reason
 
 
 async def test_symptom_joins_root_and_duplicates_are_dropped(tmp_path: Path) -> None:

@@ -113,7 +113,8 @@ class LogsScreen(RefreshingScreen[LogsData]):
             if behind > INDEX_STEP:
                 state = f"indexing {100 * data.index.indexed // max(1, data.size)}%"
             self.query_one("#log-status", Static).update(
-                f"{name}: {data.count:,} lines, {data.index.indexed:,} bytes, {state}"
+                f"{name}: {data.count:,} line{'' if data.count == 1 else 's'}, "
+                f"{data.index.indexed:,} bytes, {state}"
             )
         elif data.index is None:
             self.query_one("#log-status", Static).update("no log sources in this state dir")
