@@ -1,6 +1,6 @@
 """Accuracy of the rule packs on real posted lines (issue 14): recall, false alarms, root causes.
 
-    python bench/accuracy.py [--part dev|heldout|all] [--json] [--show-misses]
+    python bench/accuracy.py [--part dev|heldout|all] [--json] [--show-misses] [--causes]
                              [--corpus DIR] [--matcher re|hyperscan|auto]
 
 The corpus is tests/corpus/ (see its README.md): ``dev/`` is what rules are written from,
@@ -14,7 +14,9 @@ with a vLLM worker tag, with a rank prefix, with a kubelet prefix):
 
 "a finding" meaning one of severity warning or above, as `rules scan` reports it. Then, for each
 whole incident log, whether ``ascend-doctor diagnose LOG --json`` ranks a root cause of the
-maintainers' category first, and whether its evidence holds the line they named.
+maintainers' category first, and whether its evidence holds the line they named;
+``--causes`` adds the categories of every root cause it names, in its order (categories only,
+never the lines: an aggregate that is safe to read on the held-out part).
 
 Every entry is scored on its own, with a fresh engine (see corpus.py). The default matcher is
 Python ``re``: building a hyperscan database per entry costs ~0.2 s, and ``rules test`` holds
@@ -136,7 +138,9 @@ def _pct(value: float | None) -> str:
     return "   n/a" if value is None else f"{100 * value:5.1f}%"
 
 
-def print_part(name: str, folder: Path, result: dict[str, Any], show_misses: bool) -> None:
+def print_part(
+    name: str, folder: Path, result: dict[str, Any], show_misses: bool, causes: bool = False
+) -> None:
     """The human-readable figures of one part."""
     print(f"== {name} ({folder})")
     if not result["failures"] and not result["benign"] and not result["incidents"]:
@@ -170,6 +174,8 @@ def print_part(name: str, folder: Path, result: dict[str, Any], show_misses: boo
                 f"   {mark} {r['name']}: expected {r['expected']}, first {r['first']}"
                 f"{extra if r['root_cause_first'] else ''}{note}"
             )
+            if causes:
+                print("        causes: " + " > ".join(str(c) for c in r["root_causes"]))
     if show_misses:
         for form, misses in result["misses"].items():
             for m in misses["failures"]:
@@ -189,6 +195,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--part", choices=["dev", "heldout", "all"], default="all")
     ap.add_argument("--json", action="store_true", help="one JSON document on stdout")
     ap.add_argument("--show-misses", action="store_true", help="list missed entries and alarms")
+    ap.add_argument(
+        "--causes",
+        action="store_true",
+        help="for each incident log, the categories of the root causes named, in order",
+    )
     ap.add_argument(
         "--corpus", type=Path, default=CORPUS, help="corpus root (default: %(default)s)"
     )
@@ -221,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     for part, result in results.items():
         if "error" not in result:
-            print_part(part, args.corpus / part, result, args.show_misses)
+            print_part(part, args.corpus / part, result, args.show_misses, args.causes)
     return 0
 
 
