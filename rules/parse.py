@@ -112,6 +112,16 @@ _HEADERS: tuple[tuple[str, re.Pattern[bytes]], ...] = (
         "pydefault",
         re.compile(rb"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL):(?P<logger>[\w.]{1,100}):"),
     ),
+    # the level word alone after a time the outer prefix took: Rust's tracing-subscriber
+    # ("2025-06-01T10:00:00.123456Z ERROR target: msg"),
+    # vLLM-Ascend's camem ("2025-06-07T08:10:41.790Z ERROR camem: Failed to import ...")
+    (
+        "bare",
+        re.compile(
+            rb"(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)(?: {1,8}|\t)"
+            rb"(?:(?P<logger>[\w.-]{1,80}(?:::[\w.-]{1,80}){0,8}): (?=\S))?"
+        ),
+    ),
     # loguru (LLaMA-Factory, lmdeploy and others): "2025-06-01 10:00:00.123 | ERROR    | m:f:12 - "
     (
         "loguru",
@@ -134,7 +144,9 @@ _HEADERS: tuple[tuple[str, re.Pattern[bytes]], ...] = (
     ),
     (
         "logfmt",
-        re.compile(rb"[^\n]{0,80}?\blevel=\"?(?P<level>error|fatal|warning|warn|info|debug)\b"),
+        re.compile(
+            rb"[^\n]{0,80}?\blevel=\"?(?P<level>error|fatal|warning|warn|info|debug)\b\"? ?"
+        ),
     ),
 )
 _LEVELS = {
@@ -203,6 +215,10 @@ JSON_ERROR = re.compile(
 """An OpenAI-style error body as vLLM returns it and clients print it:
 ``{"object":"error","message":"...","type":"InternalServerError","param":null,"code":500}``
 (and ``{"error": {...}}``). A 5xx is the server failing; a 4xx is one request refused."""
+CANN_TRACE = re.compile(rb"[^\n]{0,4000}?\[FUNC:\w{1,120}\]\[FILE:[\w.-]{1,120}\]\[LINE:\d{1,7}\]")
+"""CANN's error manager ends every message it reports with where it was raised,
+``... [FUNC:InitializeTeFusion][FILE:tbe_op_store_adapter.cc][LINE:1921]``: the inner lines of
+an error block (a "TraceBack" of CANN calls), an error even when its code line is not there."""
 HOST_FAULT = re.compile(
     rb"[^\n]{0,200}?(?:segfault at |general protection fault|BUG: |Kernel panic|blocked for more "
     rb"than \d+ seconds|soft lockup|hard LOCKUP|[Hh]ardware [Ee]rror|Machine check|PCIe Bus Error"

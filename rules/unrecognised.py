@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 from ascend_doctor.rules.parse import (
     CANN_CODE,
+    CANN_TRACE,
     CONTINUATION,
     ECHO_LOGGERS,
     ERROR_WORD,
@@ -51,6 +52,7 @@ UNIT_KEYS = (
     r"|double free|free\(\)|malloc\(\)|corrupted (?:size|double)|segfault|general protection"
     r"|BUG: |Kernel panic|blocked for more|lockup|LOCKUP|ardware [Ee]rror|Machine check"
     r"|Bus Error|I/O error|EXT4-fs error|AER: Uncorrected|\[(?:error|fatal|critical)\]"
+    r"|\[FUNC:\w"
 )
 """Words of a line that may be an error line; scanned with the rules in one pass."""
 _CANDIDATE = re.compile(UNIT_KEYS.encode())
@@ -250,7 +252,9 @@ def error_units(
             units.append(Unit(start, start, start, False, body.group("code")[:1] == b"4"))
             continue
         if p.level not in ("ERROR", "CRITICAL") and (
-            ERROR_WORD.match(msg) or (_may_fail(msg) and FAILED_CALL.match(msg))
+            ERROR_WORD.match(msg)
+            or (_may_fail(msg) and FAILED_CALL.match(msg))
+            or (b"[FUNC:" in msg and CANN_TRACE.match(msg))
         ):
             units.append(Unit(start, start, start, False))
             continue

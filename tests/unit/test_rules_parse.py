@@ -65,6 +65,10 @@ from ascend_doctor.rules.parse import is_request_log, message, parse
             "ERROR",
             "[a.py",
         ),
+        ('time="2025-06-01T10:00:00Z" level=error msg="pull failed"', "logfmt", "ERROR", "msg="),
+        ("2025-06-07T08:10:41.790Z ERROR camem: Failed to import x", "bare", "ERROR", "Failed"),
+        ("2025-06-01T10:00:00.123456Z ERROR mooncake::store: put failed", "bare", "ERROR", "put"),
+        ("2025-06-01T10:00:00.123Z\tWARN\tretrying the connection", "timed", "WARNING", "retry"),
         (
             'INFO:     1.2.3.4:41180 - "POST /v1/chat/completions HTTP/1.1" 200 OK',
             "uvicorn",

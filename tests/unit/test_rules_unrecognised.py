@@ -124,6 +124,11 @@ def test_engine_death_after_its_own_clean_shutdown_is_expected() -> None:
         "[2025-01-01 10:00:00.000+08:00] [1234] [5678] [llm] [model] [ERROR] [r.py:12] : boom",
         "E1203 10:00:00.123456 12345 rdma_context.cpp:12] ibv_poll_cq returned status 12",
         "[2025-01-01 10:00:00.123456] [error] [2486] [operation_base.cpp:276] setup failed",
+        # the level word alone after an ISO time (Rust's tracing, camem), logfmt
+        "2025-06-01T10:00:00.123456Z ERROR store::client: the segment is gone",
+        'time="2025-06-01T10:00:00Z" level=error msg="the segment is gone"',
+        # an inner line of a CANN error block whose code line was not posted
+        "        [Init][Frob]frob init failed![FUNC:InitFrob][FILE:frob_adapter.cc][LINE:42]",
         # errors that say so without a header
         "Error: the model store is not mounted",
         "Exception: the frobnicator failed",
