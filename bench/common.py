@@ -9,6 +9,7 @@ its findings, waiting until it is past its first pass, and the run around a benc
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import shutil
 import signal
@@ -21,6 +22,12 @@ from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any, BinaryIO
+
+# A user's doctor runs with its bytecode cached (pip compiles it on install, Python writes it
+# on first import). An environment that forbids writing it (PYTHONDONTWRITEBYTECODE, as some
+# sandboxes and CI images set) recompiles every source on every start, 30-80 ms a command:
+# the doctors the benchmarks start write and use it, as on a real host.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 from ascend_doctor.core.errors import StoreError
 from ascend_doctor.core.events import LogChunk

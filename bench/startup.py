@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import common  # noqa: F401 - the doctors started write and use their bytecode, as on a host
+
 from ascend_doctor.core.store import Store
 
 GOAL = 0.200

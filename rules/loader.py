@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass, field
+from functools import cached_property
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from ascend_doctor.core import cache
 from ascend_doctor.core.errors import ConfigError, RuleError
 from ascend_doctor.core.events import Category, PlannedAction, Role, Severity
 from ascend_doctor.rules.yamlload import load_yaml
@@ -45,8 +48,6 @@ class Rule:
     """Streams it reads."""
     pattern: str
     """Python regular expression with named captures, matched within one line."""
-    regex: re.Pattern[bytes]
-    """``pattern`` compiled over bytes (offsets stay exact on invalid UTF-8)."""
     subject: str
     """Template of the failing thing: ``server`` or ``npu{device}``."""
     summary: str
@@ -70,6 +71,13 @@ class Rule:
     """Levels a line with a logging header must have for the rule to match (``ERROR``,
     ``CRITICAL``...); empty: any. A line without a header (an exception line, a block's
     body) matches as before: only a header can say a line is not an error."""
+
+    @cached_property
+    def regex(self) -> re.Pattern[bytes]:
+        """``pattern`` compiled over bytes (offsets stay exact on invalid UTF-8), when first
+        used: most rules never confirm a match in a run, and compiling the packs' patterns
+        was a third of a command's start-up. :func:`load_rules` checked that it compiles."""
+        return re.compile(self.pattern.encode("utf-8"))
 
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -143,8 +151,31 @@ def load_rules(dirs: list[Path] | None = None) -> RuleSet:
             raise RuleError(f"{d}: rules directory does not exist")
         for path in sorted(d.glob("*.yaml")):
             _load_file(path, text, thresholds, raws, site=d != builtin_pack_dir())
+    _check_patterns(text.values())
     catalogues = tuple(d / "catalogues" for d in dirs or [] if (d / "catalogues").is_dir())
     return RuleSet(tuple(text.values()), tuple(thresholds.values()), catalogues)
+
+
+_CHECKED = "patterns"
+"""Cache namespace: the pattern sets that compiled, by the hash of their text."""
+
+
+def _check_patterns(rules: Any) -> None:
+    """Every rule's pattern compiles, or a RuleError with its file and line. A set of patterns
+    that compiled before (the same texts, the same Python) is not compiled again: the check
+    is remembered in the cache (:mod:`core.cache`) and each rule compiles when first used."""
+    rules = list(rules)
+    key = cache.key_of("patterns-1", sys.version, *(r.pattern for r in rules))
+    if cache.read(_CHECKED, key) is not None:
+        return
+    for rule in rules:
+        try:
+            rule.regex  # noqa: B018 - compiled here, kept for the run
+        except re.error as exc:
+            raise RuleError(
+                f"{rule.file}: rule '{rule.id}' pattern does not compile: {exc}"
+            ) from None
+    cache.write(_CHECKED, key, b"ok")
 
 
 def _load_file(
@@ -259,10 +290,6 @@ def _text(raw: dict[str, Any], rid: str, where: str) -> Rule:
     pattern = raw.get("pattern")
     if not isinstance(pattern, str) or not pattern:
         raise RuleError(f"{where}: rule '{rid}' has no 'pattern'")
-    try:
-        regex = re.compile(pattern.encode("utf-8"))
-    except re.error as exc:
-        raise RuleError(f"{where}: rule '{rid}' pattern does not compile: {exc}") from None
     examples = raw.get("examples") or {}
     if not isinstance(examples, dict) or not examples.get("match"):
         raise RuleError(f"{where}: rule '{rid}' needs examples with at least one 'match' line")
@@ -281,7 +308,6 @@ def _text(raw: dict[str, Any], rid: str, where: str) -> Rule:
             raise RuleError(f"{where}: rule '{rid}' quiet_after does not compile: {exc}") from None
     return Rule(
         pattern=pattern,
-        regex=regex,
         examples=ex,
         generic=generic,
         quiet_after=quiet_regex,

@@ -50,6 +50,26 @@ def test_a_changed_pack_is_parsed_again(cache_dir: Path, tmp_path: Path) -> None
     assert load_yaml(pack)["rules"][0]["id"] == "b"
 
 
+def test_patterns_compile_when_used_and_a_changed_one_is_checked_again(
+    cache_dir: Path, tmp_path: Path
+) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    rule = (
+        "rules:\n  - id: mine\n    category: npu_oom\n    severity: error\n"
+        "    source: server\n    pattern: '{}'\n    summary: s\n    examples: {{match: [x]}}\n"
+    )
+    (site / "a.yaml").write_text(rule.format("frob(?P<n>\\d+)"), encoding="utf-8")
+    first = load_rules([site])
+    assert "regex" in vars(next(r for r in first.text if r.id == "mine"))  # checked: compiled
+    again = next(r for r in load_rules([site]).text if r.id == "mine")
+    assert "regex" not in vars(again)  # the same patterns compiled before: not yet
+    assert again.regex.search(b"frob12").group("n") == b"12"  # compiled when first used
+    (site / "a.yaml").write_text(rule.format("frob(?P<n>\\d+"), encoding="utf-8")
+    with pytest.raises(RuleError, match=r"a\.yaml:2: rule 'mine' pattern does not compile"):
+        load_rules([site])
+
+
 def test_a_bad_pack_names_file_and_line_with_libyaml_too(cache_dir: Path, tmp_path: Path) -> None:
     site = tmp_path / "site"
     site.mkdir()
@@ -62,7 +82,8 @@ def test_corrupt_truncated_or_foreign_cache_files_are_rebuilt(cache_dir: Path) -
     chunk = LogChunk("x.log", "server", 0, FIXTURE.read_bytes(), first_line=1)
     expected = Engine(load_rules(), clock=lambda: 0.0).scan(chunk)
     files = sorted(cache_dir.rglob("*.bin"))
-    assert {p.parent.name for p in files} == {"yaml", "hyperscan"} or not _has_hyperscan()
+    kinds = {p.parent.name for p in files}
+    assert kinds == {"yaml", "hyperscan", "patterns"} or not _has_hyperscan()
     for n, path in enumerate(files):
         data = path.read_bytes()
         # a flipped payload byte, a cut file, someone else's file
