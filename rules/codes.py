@@ -13,7 +13,8 @@ One scan of a chunk finds every code, whatever form prints it:
 - HCCL results: ``HCCL function error: <call>, error code is 11``, ``hcclRet -> 19``,
   ``errNo[0x0000000005010009]``;
 - NPU device fault codes: ``Error Code : 80E01801``, ``event_id=0x80e18005``, ``fault code 0x...``;
-- dcmi returns: ``ret is -8005``, ``ret=-8020``.
+- dcmi returns: ``ret is -8005``, ``ret=-8020``;
+- ACL and HCCL codes by name: ``returned ACL_ERROR_RT_AICORE_TIMEOUT``, ``HCCL_E_TIMEOUT``.
 """
 
 from __future__ import annotations
@@ -47,9 +48,12 @@ _FAULT = (
     rb"(?:0x)?(?P<fault>[0-9A-Fa-f]{8})(?![0-9A-Fa-f])"
 )
 _DCMI = rb"(?:ret(?: is|\s?[:=])|error code)\s?(?P<dcmi>-8\d{3}|-9999\d)(?!\d)"
+# the code by its name, as C++ callers and HCCL print it ("returned ACL_ERROR_RT_AICORE_TIMEOUT",
+# "ret[HCCL_E_TIMEOUT]"): the aclError and HcclResult enumerators the catalogues name
+_NAME = rb"(?<![\w])(?P<name>ACL_ERROR_[A-Z0-9_]{2,60}|HCCL_E_[A-Z0-9_]{2,30})(?![\w])"
 
-_FORMS = (_ACL, _REASON, _ERRTEXT, _CANN, _HCCL, _HCCL_ERRNO, _FAULT, _DCMI)
-FIRST_BYTES = b"eErf[HOhF"
+_FORMS = (_ACL, _REASON, _ERRTEXT, _CANN, _HCCL, _HCCL_ERRNO, _FAULT, _DCMI, _NAME)
+FIRST_BYTES = b"eErf[HOhFA"
 """Every byte a form can start with. A lookahead on them first makes ``re`` try the forms'
 dozens of branches only where one can start: the same matches at twice the speed (a
 failure-dense log has a code word on every other line)."""
@@ -62,7 +66,7 @@ CODE_KEYS = (
     r"error code|error_code|errorCode|ErrCode|result ?=|ret(?:Code)? ?[:=]|error no is|return:"
     r"|failed:|errno\[|errNo\[|reason=|\[Error\]: |HCCL function error|OPS function error|hcclRet"
     r"|ret\[|[Ee]vent[ _]?[Ii][Dd]|[Ee]rror [Cc]ode|[Ff]ault[ _]?[Cc]ode|ret is"
-    r"|E[0-9A-Z][0-9]{4}"
+    r"|E[0-9A-Z][0-9]{4}|ACL_ERROR_|HCCL_E_"
 )
 """Words that stand before (or are) a code: a line holding none has no code. Scanned with the
 rules in one pass; only the lines it finds are searched with ``CODE_PATTERN``."""
@@ -76,6 +80,7 @@ _GROUP_KIND = {
     "hcclerr": "hccl",
     "fault": "device_fault",
     "dcmi": "dcmi",
+    "name": "acl",
 }
 
 DEVICE = re.compile(
@@ -108,11 +113,19 @@ class CodeIndex:
         for entry in catalogues.by_kind.get("acl", {}).values():
             texts.setdefault(_norm(entry.meaning), []).append(entry)
         self._texts = {t: es[0] for t, es in texts.items() if len({e.category for e in es}) == 1}
+        self._names = {
+            entry.name: entry
+            for kind in ("acl", "hccl")
+            for entry in catalogues.by_kind.get(kind, {}).values()
+            if entry.name
+        }
 
     def lookup(self, group: str, value: str) -> Entry | None:
         """The entry a matched group names, if the catalogue knows it."""
         if group == "errtext":
             return self._texts.get(_norm(value))
+        if group == "name":
+            return self._names.get(value)
         kind = _GROUP_KIND[group]
         if group == "hcclerr":
             return self.catalogues.get(kind, str(int(value, 16) & 0xFF))

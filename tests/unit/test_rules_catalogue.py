@@ -41,10 +41,20 @@ def test_every_entry_has_a_source_and_a_known_category() -> None:
         "launch failed, ret=507035",
         "error_code: 507035",
         "[Error]: The vector core execution is abnormal.",
+        "aclrtSynchronizeStream returned ACL_ERROR_RT_VECTOR_CORE_EXCEPTION",
     ],
 )
 def test_one_code_in_every_form(line: str) -> None:
     assert ("acl", "507035") in codes(line)
+
+
+def test_codes_by_name_and_names_that_are_not_codes() -> None:
+    assert codes("HcclAllReduce returned HCCL_E_TIMEOUT") == [("hccl", "9")]
+    assert codes("ret[HCCL_E_TCP_CONNECT]") == [("hccl", "11")]
+    # a longer identifier, an unknown name, the name inside a word: no code
+    assert codes("ACL_ERROR_RT_VECTOR_CORE_EXCEPTION_COUNT=3") == []
+    assert codes("ACL_ERROR_NO_SUCH_THING") == []
+    assert codes("MY_HCCL_E_TIMEOUT_MS=10") == []
 
 
 def test_runtime_reason_texts_name_their_code() -> None:
