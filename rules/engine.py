@@ -33,7 +33,7 @@ from ascend_doctor.rules.findings import (
 )
 from ascend_doctor.rules.lines import Lines
 from ascend_doctor.rules.loader import QUIET_WINDOW, Rule, RuleSet, ThresholdRule
-from ascend_doctor.rules.matcher import make_prefilter
+from ascend_doctor.rules.matcher import MAX_LINE, make_prefilter
 from ascend_doctor.rules.parse import Parsed, is_request_log, may_echo, parse
 from ascend_doctor.rules.unrecognised import UNIT_KEYS, Templates
 
@@ -94,9 +94,6 @@ def _text(value: Any) -> str:
 
 
 _START = operator.itemgetter(1)
-
-MAX_LINE = 32768
-"""The confirming regex of a rule looks at most this many bytes of a line."""
 
 CODE_SOURCES = ("server", "plog", "device", "slog", "host")
 """Streams whose lines are searched for catalogued codes."""

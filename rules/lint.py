@@ -10,54 +10,12 @@ code, missing source, missing meaning.
 
 from __future__ import annotations
 
-import importlib
-import re
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 from ascend_doctor.rules.catalogue import check_catalogues
 from ascend_doctor.rules.loader import Rule
-
-# Python's own regex parser: the tree the compiler sees, so the check matches what runs.
-_sre_p: Any = importlib.import_module("re._parser")
-_sre_c: Any = importlib.import_module("re._constants")
-
-_UNBOUNDED = _sre_c.MAXREPEAT
-_REPEATS = {_sre_c.MAX_REPEAT, _sre_c.MIN_REPEAT, getattr(_sre_c, "POSSESSIVE_REPEAT", None)}
-_REFS = {_sre_c.GROUPREF, _sre_c.GROUPREF_EXISTS}
-
-
-def pattern_problems(pattern: str) -> list[str]:
-    """Why ``pattern`` is unsafe to run over untrusted lines (empty when it is safe)."""
-    try:
-        tree = _sre_p.parse(pattern)
-    except re.error as exc:
-        return [f"does not compile: {exc}"]
-    problems: list[str] = []
-    _walk(list(tree), outer_unbounded=False, problems=problems)
-    return sorted(set(problems))
-
-
-def _walk(items: Iterable[Any], *, outer_unbounded: bool, problems: list[str]) -> None:
-    for op, arg in items:
-        if op in _REFS:
-            problems.append("backreference: cannot run in linear time (nor in hyperscan)")
-        elif op in _REPEATS:
-            _, high, sub = arg
-            unbounded = high == _UNBOUNDED
-            if unbounded and outer_unbounded:
-                problems.append(
-                    "nested unbounded quantifiers (such as (a+)+): bound the inner or outer one"
-                )
-            _walk(list(sub), outer_unbounded=outer_unbounded or unbounded, problems=problems)
-        elif op == _sre_c.SUBPATTERN:
-            _walk(list(arg[-1]), outer_unbounded=outer_unbounded, problems=problems)
-        elif op == _sre_c.BRANCH:
-            for branch in arg[1]:
-                _walk(list(branch), outer_unbounded=outer_unbounded, problems=problems)
-        elif op in (_sre_c.ASSERT, _sre_c.ASSERT_NOT):
-            _walk(list(arg[1]), outer_unbounded=outer_unbounded, problems=problems)
+from ascend_doctor.rules.safety import pattern_problems
 
 
 def rule_problems(rules: Iterable[Rule]) -> list[str]:

@@ -15,6 +15,7 @@ import yaml
 from ascend_doctor.core import cache
 from ascend_doctor.core.errors import ConfigError, RuleError
 from ascend_doctor.core.events import Category, PlannedAction, Role, Severity
+from ascend_doctor.rules.safety import pattern_problems
 from ascend_doctor.rules.yamlload import load_yaml
 
 SOURCES = ("server", "plog", "device", "slog", "host")
@@ -134,7 +135,7 @@ def builtin_pack_dir() -> Path:
     return Path(str(resources.files("ascend_doctor.rules") / "packs"))
 
 
-def load_rules(dirs: list[Path] | None = None) -> RuleSet:
+def load_rules(dirs: list[Path] | None = None, *, check_safety: bool = True) -> RuleSet:
     """Load every ``*.yaml`` of the builtin packs, then of ``dirs`` (site rules).
 
     A site rule with the id of a loaded rule overrides the fields it names (the rest
@@ -142,6 +143,9 @@ def load_rules(dirs: list[Path] | None = None) -> RuleSet:
     file removes rules. Unknown ids in ``disable`` are an error (a typo would
     otherwise silently keep a rule on). A ``catalogues/`` folder in a site directory adds
     code catalogues (same format as the shipped ones; a code may not be defined twice).
+    A pattern that does not compile, or is unsafe on untrusted lines (:mod:`rules.safety`),
+    stops the load with its file and line; ``check_safety=False`` (``rules lint``, which
+    names every unsafe pattern at once) skips the second check.
     """
     text: dict[str, Rule] = {}
     thresholds: dict[str, ThresholdRule] = {}
@@ -151,7 +155,7 @@ def load_rules(dirs: list[Path] | None = None) -> RuleSet:
             raise RuleError(f"{d}: rules directory does not exist")
         for path in sorted(d.glob("*.yaml")):
             _load_file(path, text, thresholds, raws, site=d != builtin_pack_dir())
-    _check_patterns(text.values())
+    _check_patterns(text.values(), safety=check_safety)
     catalogues = tuple(d / "catalogues" for d in dirs or [] if (d / "catalogues").is_dir())
     return RuleSet(tuple(text.values()), tuple(thresholds.values()), catalogues)
 
@@ -160,12 +164,13 @@ _CHECKED = "patterns"
 """Cache namespace: the pattern sets that compiled, by the hash of their text."""
 
 
-def _check_patterns(rules: Any) -> None:
-    """Every rule's pattern compiles, or a RuleError with its file and line. A set of patterns
-    that compiled before (the same texts, the same Python) is not compiled again: the check
-    is remembered in the cache (:mod:`core.cache`) and each rule compiles when first used."""
+def _check_patterns(rules: Any, *, safety: bool = True) -> None:
+    """Every rule's pattern compiles and is safe to run over untrusted lines
+    (:mod:`rules.safety`), or a RuleError with its file, line and why. A set of patterns that
+    passed before (the same texts, the same Python) is not checked again: the check is
+    remembered in the cache (:mod:`core.cache`) and each rule compiles when first used."""
     rules = list(rules)
-    key = cache.key_of("patterns-1", sys.version, *(r.pattern for r in rules))
+    key = cache.key_of("patterns-2", sys.version, str(safety), *(_texts(r) for r in rules))
     if cache.read(_CHECKED, key) is not None:
         return
     for rule in rules:
@@ -175,7 +180,22 @@ def _check_patterns(rules: Any) -> None:
             raise RuleError(
                 f"{rule.file}: rule '{rule.id}' pattern does not compile: {exc}"
             ) from None
+        for name, text in (("pattern", rule.pattern), ("quiet_after", _quiet_text(rule))):
+            problems = pattern_problems(text) if safety and text else []
+            if problems:
+                raise RuleError(
+                    f"{rule.file}: rule '{rule.id}' {name} is unsafe on untrusted lines: "
+                    f"{'; '.join(problems)}"
+                )
     cache.write(_CHECKED, key, b"ok")
+
+
+def _quiet_text(rule: Rule) -> str:
+    return rule.quiet_after.pattern.decode("utf-8") if rule.quiet_after is not None else ""
+
+
+def _texts(rule: Rule) -> str:
+    return f"{rule.pattern}\0{_quiet_text(rule)}"
 
 
 def _load_file(

@@ -126,6 +126,25 @@ def hyperscan_error(pattern: str) -> str | None:
     return None
 
 
+MAX_LINE = 32768
+"""A rule's regex looks at most this many bytes of a line (on either matching path): a pattern
+such as ``error[^\\n]*memory`` costs the square of the length it searches, and a hostile
+line (a 256 KiB prompt) must not cost seconds."""
+
+
+def capped(data: bytes) -> bytes:
+    """``data`` with every line's bytes past :data:`MAX_LINE` turned into newlines: the same
+    length and offsets, so a match's position means the same in both; nothing past the cap can
+    match or be searched through."""
+    lines = data.split(b"\n")
+    if not any(len(line) > MAX_LINE for line in lines):
+        return data
+    return b"\n".join(
+        line if len(line) <= MAX_LINE else line[:MAX_LINE] + b"\n" * (len(line) - MAX_LINE)
+        for line in lines
+    )
+
+
 def _line_start(data: bytes, pos: int) -> int:
     return data.rfind(b"\n", 0, pos) + 1
 
@@ -143,6 +162,7 @@ class RePrefilter:
 
     def candidates(self, data: bytes) -> list[tuple[int, int]]:
         out: list[tuple[int, int]] = []
+        data = capped(data)
         for i, regex in enumerate(self._regexes):
             last = -1
             for m in regex.finditer(data):
