@@ -61,7 +61,7 @@ from ascend_doctor.core.procs import is_own, process_start
 from ascend_doctor.core.records import DoctorStatus, LaunchRecord, ServerStatus
 from ascend_doctor.core.sdnotify import NOTIFY_VARS, Notifier, systemd_tasks
 from ascend_doctor.core.store import Store
-from ascend_doctor.core.tasks import until_stopped
+from ascend_doctor.core.tasks import Lifeline, until_stopped
 from ascend_doctor.rules import Engine, RuleSet
 from ascend_doctor.rules.crash import CRASH_WINDOW, crash_finding
 
@@ -267,6 +267,7 @@ class Daemon:
             asyncio.create_task(self.requests.run(), name="requests"),
             *(asyncio.create_task(r.run(), name=r.spec.name) for r in self.collectors),
         ]
+        lifeline = Lifeline(self._stop, tasks, ("tail", "decide", "verify", "requests"))
         waits = [r.first_run for r in self.collectors if not r.spec.while_running]
         mode = "attached to" if self.attach else "supervising" if self.base_spec else "observing"
         tasks += systemd_tasks(self.notifier, waits, mode, lambda: tasks)
@@ -299,7 +300,7 @@ class Daemon:
             await self.telemetry.close()
             self.store.close()
             self.notifier.close()
-        return 1 if self.server.state == ProcessState.FATAL else 0
+        return 1 if self.server.state == ProcessState.FATAL or lifeline.ended else 0
 
     def shutdown(self) -> None:
         """Ask ``run()`` to stop the server and return."""
