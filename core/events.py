@@ -1,7 +1,7 @@
 """The events that cross folder boundaries: frozen dataclasses and closed enums.
 
 Nothing else crosses a folder boundary. Category ids are a public interface
-(see shared/reference/CATEGORIES.md): the CLI's JSON, alerts and metrics use them.
+(see docs/categories.md): the CLI's JSON, alerts and metrics use them.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ class Severity(IntEnum):
 
 
 class Category(StrEnum):
-    """The failure categories of CATEGORIES.md; every rule names exactly one."""
+    """The failure categories of docs/categories.md; every rule names exactly one."""
 
     KV_CACHE_INSUFFICIENT = "kv_cache_insufficient"
     NPU_OOM = "npu_oom"

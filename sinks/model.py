@@ -45,7 +45,7 @@ class Alert:
     severity: str
     """``critical``, ``error``, ``warning`` or ``info``."""
     category: str
-    """The failure category (CATEGORIES.md)."""
+    """The failure category (docs/categories.md)."""
     subject: str
     """What failed: ``server`` or ``npu<N>``."""
     device: str
