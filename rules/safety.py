@@ -3,7 +3,9 @@
 A rule's pattern runs over untrusted log text, so it must not be able to take time
 exponential (or polynomial of high degree) in a line's length: a repeat with no upper bound
 that contains another repeat with no upper bound (``(a+)+``, ``(?:\\s*\\w+)*``) is refused,
-and so is a backreference (``(?P=name)``, ``\\1``), which hyperscan cannot run either. The
+and so is a pattern that begins with an unbounded repeat (``\\S+ does not appear``: a search
+retries it at every byte of a run), and a backreference (``(?P=name)``, ``\\1``), which
+hyperscan cannot run either. The
 rule loader refuses such a pattern at start-up (file, line, why) and ``rules lint`` names it;
 what stays (a single unbounded repeat, ``A.*Z``) is bounded by the engine's line cap
 (:data:`ascend_doctor.rules.matcher.MAX_LINE`).
@@ -33,6 +35,11 @@ def pattern_problems(pattern: str) -> list[str]:
         return [f"does not compile: {exc}"]
     problems: list[str] = []
     _walk(list(tree), outer_unbounded=False, problems=problems)
+    if _leading_unbounded(list(tree)):
+        problems.append(
+            "begins with an unbounded repeat (such as \\S+ does not...): a search retries it "
+            "at every byte of a run, the square of the line; bound it (\\S{1,200})"
+        )
     return sorted(set(problems))
 
 
@@ -60,6 +67,53 @@ def _walk(items: Iterable[Any], *, outer_unbounded: bool, problems: list[str]) -
                 _walk(list(branch), outer_unbounded=outer_unbounded, problems=problems)
         elif op in (_sre_c.ASSERT, _sre_c.ASSERT_NOT):
             _walk(list(arg[1]), outer_unbounded=outer_unbounded, problems=problems)
+
+
+def _leading_unbounded(items: list[Any]) -> bool:
+    """Whether the text a search tries first at each position may be an unbounded repeat:
+    ``\\S+ does not appear`` reads a 32 KiB run of non-blanks to its end from each of its
+    bytes. An anchor (``^``) or a literal first makes the retries cheap."""
+    for op, arg in items:
+        if op in (_sre_c.ASSERT, _sre_c.ASSERT_NOT):
+            continue  # zero width: what follows is tried at the same position
+        if op in _REPEATS:
+            low, high, sub = arg
+            if high == _UNBOUNDED or _leading_unbounded(list(sub)):
+                return True
+            if low > 0:
+                return False
+            continue  # optional: what follows may lead too
+        if op == _sre_c.SUBPATTERN:
+            sub = list(arg[-1])
+            if _leading_unbounded(sub):
+                return True
+            if not _skippable(sub):
+                return False
+            continue
+        if op == _sre_c.BRANCH:
+            if any(_leading_unbounded(list(b)) for b in arg[1]):
+                return True
+            if not any(_skippable(list(b)) for b in arg[1]):
+                return False
+            continue
+        return False  # a literal, a class, an anchor: a cheap first step
+    return False
+
+
+def _skippable(items: list[Any]) -> bool:
+    """Whether ``items`` may match nothing at an arbitrary position (an anchor may not: it
+    holds only at a line's start or end, so what follows it is not retried at every byte)."""
+    for op, arg in items:
+        if op in (_sre_c.ASSERT, _sre_c.ASSERT_NOT):
+            continue
+        if op in _REPEATS and arg[0] == 0:
+            continue
+        if op == _sre_c.SUBPATTERN and _skippable(list(arg[-1])):
+            continue
+        if op == _sre_c.BRANCH and any(_skippable(list(b)) for b in arg[1]):
+            continue
+        return False
+    return True
 
 
 def _overlap(branches: list[Any]) -> bool:

@@ -16,7 +16,27 @@ def test_backreferences_are_refused(pattern: str) -> None:
     assert any("backreference" in p for p in pattern_problems(pattern))
 
 
-@pytest.mark.parametrize("pattern", [r"a{1,5}b+", r"(?:ab)+", r"x{0,4}(?:y+){0,3}", r"[^\n]*?z"])
+@pytest.mark.parametrize(
+    "pattern",
+    [r"\S+ does not", r"[^\n]*?z", r"(?:To x)?\(?(?P<g>[\d.]+) GiB", r"x?\d*y", r"(?=a)\w+b"],
+)
+def test_a_leading_unbounded_repeat_is_refused(pattern: str) -> None:
+    """Searched at every byte of a run, it reads the run to its end each time."""
+    assert any("begins with an unbounded repeat" in p for p in pattern_problems(pattern))
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        r"a{1,5}b+",
+        r"c(?:ab)+d",
+        r"x{1,4}(?:y+){0,3}",
+        r"x[^\n]*?z",
+        r"\S{1,400} does not",
+        r"^\S+ foo",
+        r"(?:^|\s)\d+ Segmentation",
+    ],
+)
 def test_safe_patterns_pass(pattern: str) -> None:
     assert pattern_problems(pattern) == []
 
