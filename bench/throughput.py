@@ -193,7 +193,11 @@ def doctor() -> list[str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mb", type=int, default=200)
-    ap.add_argument("--keep", type=Path, help="reuse or keep the generated log here")
+    ap.add_argument(
+        "--keep",
+        type=Path,
+        help="reuse or keep the generated log here (a file, or a directory for bench.log)",
+    )
     ap.add_argument("--with-re", action="store_true", help="also time the pure-Python path")
     ap.add_argument(
         "--no-whole-pack",
@@ -204,6 +208,8 @@ def main() -> None:
     rules = one_source(load_rules())
     tmp = Path(tempfile.mkdtemp())
     log = args.keep or tmp / "bench.log"
+    if log.is_dir():  # as bench/dense.py's --keep DIR
+        log = log / "bench.log"
     if not log.exists():
         generate(log, args.mb, rules)
     size_mb = log.stat().st_size / (1 << 20)
