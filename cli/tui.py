@@ -89,7 +89,8 @@ def _check_store(path: Path) -> None:
         finally:
             store.close()
     except (DoctorError, sqlite3.Error) as exc:
-        raise InputError(f"{path}: not an ascend-doctor store: {exc}") from None
+        reason = str(exc).removeprefix(f"{path}: ")  # the store's errors name the file too
+        raise InputError(f"{path}: not an ascend-doctor store: {reason}") from None
 
 
 def _run_tui(source: Source) -> None:
