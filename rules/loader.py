@@ -170,7 +170,7 @@ def _check_patterns(rules: Any, *, safety: bool = True) -> None:
     passed before (the same texts, the same Python) is not checked again: the check is
     remembered in the cache (:mod:`core.cache`) and each rule compiles when first used."""
     rules = list(rules)
-    key = cache.key_of("patterns-3", sys.version, str(safety), *(_texts(r) for r in rules))
+    key = cache.key_of("patterns-4", sys.version, str(safety), *(_texts(r) for r in rules))
     if cache.read(_CHECKED, key) is not None:
         return
     for rule in rules:

@@ -75,6 +75,8 @@ def _leading_unbounded(items: list[Any]) -> bool:
     bytes. An anchor (``^``) or a literal first makes the retries cheap."""
     for op, arg in items:
         if op in (_sre_c.ASSERT, _sre_c.ASSERT_NOT):
+            if _leading_unbounded(list(arg[1])):
+                return True  # a lookahead (?=\S+ x) is tried at every position too
             continue  # zero width: what follows is tried at the same position
         if op in _REPEATS:
             low, high, sub = arg

@@ -18,7 +18,14 @@ def test_backreferences_are_refused(pattern: str) -> None:
 
 @pytest.mark.parametrize(
     "pattern",
-    [r"\S+ does not", r"[^\n]*?z", r"(?:To x)?\(?(?P<g>[\d.]+) GiB", r"x?\d*y", r"(?=a)\w+b"],
+    [
+        r"\S+ does not",
+        r"[^\n]*?z",
+        r"(?:To x)?\(?(?P<g>[\d.]+) GiB",
+        r"x?\d*y",
+        r"(?=a)\w+b",
+        r"(?=\S+ foo)bar",
+    ],
 )
 def test_a_leading_unbounded_repeat_is_refused(pattern: str) -> None:
     """Searched at every byte of a run, it reads the run to its end each time."""
@@ -35,6 +42,8 @@ def test_a_leading_unbounded_repeat_is_refused(pattern: str) -> None:
         r"\S{1,400} does not",
         r"^\S+ foo",
         r"(?:^|\s)\d+ Segmentation",
+        r"(?<=\[)E\d+ x",
+        r"(?=foo)foo \S+",
     ],
 )
 def test_safe_patterns_pass(pattern: str) -> None:
