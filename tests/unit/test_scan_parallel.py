@@ -172,7 +172,8 @@ def test_rules_scan_prints_the_same_with_workers(
 
     monkeypatch.setattr(parallel, "BLOCK", 65536)
     path = tmp_path / "server.log"
-    path.write_bytes(_log(5, 700_000))
+    data = _log(5, 700_000)
+    path.write_bytes(data)
     with path.open("rb") as f:
         assert len(parallel.regular_pieces(f)) >= 8
     runner = CliRunner()
@@ -180,5 +181,6 @@ def test_rules_scan_prints_the_same_with_workers(
     many = runner.invoke(rules_group, ["scan", "--json", "-j", "2", str(path)])
     assert one.exit_code == 0, one.output
     rows = [json.loads(line) for line in one.output.splitlines()]
-    assert len(rows) > 100 and rows[-1]["line"] > 4000
+    # findings numbered in the file's last quarter: the later chunks' line numbers count
+    assert len(rows) > 100 and rows[-1]["line"] > data.count(b"\n") * 3 // 4
     assert many.output == one.output
