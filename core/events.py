@@ -223,6 +223,9 @@ class Finding:
     """The rule's ordered remediation steps; each step is actions applied together."""
     explain: str = ""
     """What it means and what to check."""
+    generic: bool = False
+    """A generic code or wrapper (a driver's "internal error", a catch-all HCCL code): as a
+    cause it yields to a specific one found close to it (rules/ranking.py)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -264,6 +264,7 @@ class Engine:
             file_id=chunk.file_id or chunk.path,
             remediation=rule.remediation,
             explain=rule.explain,
+            generic=rule.generic,
         )
 
     def evaluate(self, samples: Iterable[Sample]) -> list[Finding]:

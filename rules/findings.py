@@ -249,6 +249,7 @@ def code_finding(
         file_id=chunk.file_id or chunk.path,
         remediation=entry.remediation,
         explain=f"{entry.meaning} Source: {', '.join(entry.sources)}",
+        generic=entry.generic,
     )
 
 

@@ -3,8 +3,10 @@
 One failure prints a chain: a version problem and then the NotImplementedError or engine
 death it causes; one rank's failure and then every other rank's collective timeout; a device
 fault and then the runtime errors on that device. Findings that follow each other closely
-(a cascade) are ordered by how far up the chain their category sits, then by time; cascades
-keep their time order. Findings of one category and subject in a cascade are one cause (a
+(a cascade) are ordered by how far up the chain their category sits, then by time, after
+every specific one a generic code (a driver's "internal error", 507899) that only echoes a
+cause named beside it (the driver's "resource occupied", 87); cascades keep their time
+order. Findings of one category and subject in a cascade are one cause (a
 heartbeat loss reported by the driver and by the runtime), named by its earliest line.
 """
 
@@ -95,7 +97,7 @@ def rank_causes(items: Sequence[Ranked]) -> list[list[Ranked]]:
         _fold_device_reports(groups)
         ordered = sorted(
             groups.values(),
-            key=lambda g: (tier(g[0].finding), _generic(g[0].finding), g[0].order),
+            key=lambda g: (_generic(g[0].finding), tier(g[0].finding), g[0].order),
         )
         causes.extend(ordered)
     _hoist_device_faults(causes)
@@ -109,8 +111,8 @@ def _hoist_device_faults(causes: list[list[Ranked]]) -> None:
     about the same device or names none."""
     for index in range(len(causes)):
         f = causes[index][0].finding
-        if f.category != Category.DEVICE_FAULT:
-            continue
+        if f.category != Category.DEVICE_FAULT or _generic(f):
+            continue  # a generic code ("driver internal error") explains nothing by itself
         for earlier in range(index):
             e = causes[earlier][0].finding
             same_device = e.subject == f.subject or "server" in (e.subject, f.subject)
@@ -131,9 +133,9 @@ def _fold_device_reports(groups: dict[tuple[Category, str], list[Ranked]]) -> No
 
 
 def _generic(finding: Finding) -> bool:
-    # a catalogued internal code ("code:hccl:4") is generic; the rule flag is not on the
-    # finding, so codes of the generic kinds stand for it
-    return finding.rule.startswith(("code:hccl:", "code:dcmi:"))
+    """A generic code or rule (its catalogue entry or rule says so), or any catalogued HCCL
+    or dcmi code (internal codes of those libraries name no cause of their own)."""
+    return finding.generic or finding.rule.startswith(("code:hccl:", "code:dcmi:"))
 
 
 def first_cause(findings: Sequence[Finding]) -> Finding | None:

@@ -54,6 +54,24 @@ def test_the_device_fault_before_the_runtime_errors_on_it() -> None:
     assert cause is not None and cause.category == Category.DEVICE_FAULT
 
 
+def test_a_generic_code_yields_to_the_specific_cause_beside_it() -> None:
+    """The driver's 'resource occupied' (87, device_busy) and the runtime's generic 507899
+    ('driver internal error', catalogued device_fault) that echoes it: the card is held by
+    another process, not faulty, so the cause is device_busy (a reset would be wrong)."""
+    text = (
+        "[ERROR] RUNTIME(278,python3):2025-08-26-03:01:17.587.916 [driver.cc:65]278 "
+        "GetDeviceCount:Call drvGetDevNum, drvRetCode=87.\n"
+        "RuntimeError: NPU function error: aclrtGetDeviceCount, error code is 507899\n"
+    )
+    found = findings(text)
+    assert {f.category for f in found} >= {Category.DEVICE_BUSY, Category.DEVICE_FAULT}
+    cause = first_cause(found)
+    assert cause is not None and cause.category == Category.DEVICE_BUSY
+    # alone, the generic code is still the cause it names
+    alone = first_cause(findings(text.split("\n", 1)[1]))
+    assert alone is not None and alone.category == Category.DEVICE_FAULT
+
+
 def test_driver_and_runtime_heartbeat_loss_are_one_cause_driver_first() -> None:
     text = (
         "[ERROR] [drv_soft_fault] [soft_fault_heartbeat 120] Heartbeat lost! (device=3; ret=-110)\n"
