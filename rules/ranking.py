@@ -97,7 +97,7 @@ def rank_causes(items: Sequence[Ranked]) -> list[list[Ranked]]:
         _fold_device_reports(groups)
         ordered = sorted(
             groups.values(),
-            key=lambda g: (_generic(g[0].finding), tier(g[0].finding), g[0].order),
+            key=lambda g: (_all_generic(g), tier(g[0].finding), g[0].order),
         )
         causes.extend(ordered)
     _hoist_device_faults(causes)
@@ -111,8 +111,8 @@ def _hoist_device_faults(causes: list[list[Ranked]]) -> None:
     about the same device or names none."""
     for index in range(len(causes)):
         f = causes[index][0].finding
-        if f.category != Category.DEVICE_FAULT or _generic(f):
-            continue  # a generic code ("driver internal error") explains nothing by itself
+        if f.category != Category.DEVICE_FAULT or _all_generic(causes[index]):
+            continue  # generic codes alone ("driver internal error") explain nothing by themselves
         for earlier in range(index):
             e = causes[earlier][0].finding
             same_device = e.subject == f.subject or "server" in (e.subject, f.subject)
@@ -130,6 +130,12 @@ def _fold_device_reports(groups: dict[tuple[Category, str], list[Ranked]]) -> No
         if loose and len(named) == 1:
             groups[named[0]] = sorted(groups[named[0]] + loose, key=lambda i: i.order)
             del groups[(category, "server")]
+
+
+def _all_generic(cause: list[Ranked]) -> bool:
+    """A cause is generic when every finding of it is (a heartbeat loss named by a rule is
+    specific even when a generic code of the same device was logged first)."""
+    return all(_generic(i.finding) for i in cause)
 
 
 def _generic(finding: Finding) -> bool:
