@@ -3,11 +3,11 @@
 One failure prints a chain: a version problem and then the NotImplementedError or engine
 death it causes; one rank's failure and then every other rank's collective timeout; a device
 fault and then the runtime errors on that device. Findings that follow each other closely
-(a cascade) are ordered by how far up the chain their category sits, then by time, after
-every specific one a generic code (a driver's "internal error", 507899) that only echoes a
-cause named beside it (the driver's "resource occupied", 87); cascades keep their time
-order. Findings of one category and subject in a cascade are one cause (a
-heartbeat loss reported by the driver and by the runtime), named by its earliest line.
+(a cascade) are ordered by how far up the chain their category sits, then by time; a cause
+made only of generic codes (a driver's "internal error", 507899) comes after every specific
+one, whose echo it usually is (the driver's "resource occupied", 87). Cascades keep their
+time order. Findings of one category and subject in a cascade are one cause (a heartbeat
+loss reported by the driver and by the runtime), named by its earliest line.
 """
 
 from __future__ import annotations

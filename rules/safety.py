@@ -103,8 +103,9 @@ def _leading_unbounded(items: list[Any]) -> bool:
 
 
 def _skippable(items: list[Any]) -> bool:
-    """Whether ``items`` may match nothing at an arbitrary position (an anchor may not: it
-    holds only at a line's start or end, so what follows it is not retried at every byte)."""
+    """Whether ``items`` may match nothing at an arbitrary position. Unlike the empty flag
+    of :func:`_first`, an anchor is not skippable: it holds only at a line's start or end,
+    so what follows it is not retried at every byte."""
     for op, arg in items:
         if op in (_sre_c.ASSERT, _sre_c.ASSERT_NOT):
             continue
