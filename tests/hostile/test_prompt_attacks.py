@@ -50,7 +50,9 @@ def test_a_prompt_quoting_failures_is_never_evidence(tmp_path: Path) -> None:
                                       "max_tokens": 2}, timeout=30)  # fmt: skip
             assert r.status_code == 200, r.text
         log = doc.state / "server.log"
-        assert "lost heartbeat" in log.read_text(), "the server echoed the prompts"
+        # the request logger's line reaches the log through the supervisor's pipe, maybe after
+        # the response: wait for it rather than read at once
+        poll(lambda: "lost heartbeat" in log.read_text(), 30, "the server to echo the prompts")
         poll(lambda: _consumed(doc, log), 30, "the doctor to read the echoes")
         assert doc.read(lambda s: s.incidents()) == [], "a prompt made a finding"
         assert doc.read(lambda s: s.overrides()) == []
