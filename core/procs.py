@@ -16,9 +16,9 @@ def _stat(pid: int) -> tuple[bytes, float] | None:
     """(state letter, start time in epoch seconds) of ``pid`` from ``/proc/<pid>/stat``,
     computed as psutil computes them (the boot time from ``/proc/stat``'s ``btime`` plus the
     start in clock ticks), without importing psutil: ``status`` asks this and nothing else
-    of psutil, whose import costs a tenth of the command. None when the file cannot be read
-    (no such process, another system, a ``hidepid`` mount): then psutil answers.
-    Raises ``ProcessLookupError`` when there is no such process."""
+    of psutil, whose import costs a tenth of the command. Raises ``ProcessLookupError`` when
+    there is no such process; None when ``/proc`` cannot tell (no ``/proc``, a ``hidepid``
+    mount, an unreadable file): then psutil answers."""
     global _boot
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
