@@ -184,6 +184,9 @@ class Load:
     """Requests that were not."""
     failures: list[str] = field(default_factory=list)
     """Why, for the first few."""
+    retried: int = 0
+    """Requests sent again because the balancer closed a kept-alive connection before any
+    response (see ``_post``)."""
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -212,7 +215,7 @@ class Load:
             while not self._stop.is_set():
                 why = ""
                 try:
-                    r = client.post(self.url + "/v1/completions", json=body)
+                    r = self._post(client, body)
                     if r.status_code != 200 or not r.json().get("choices"):
                         why = f"{r.status_code}: {r.text[:120]}"
                 except (httpx.HTTPError, ValueError) as exc:
@@ -225,6 +228,23 @@ class Load:
                     else:
                         self.ok += 1
                 self._stop.wait(self.pause)
+
+    def _post(self, client: httpx.Client, body: dict[str, object]) -> httpx.Response:
+        """One completion, sent once more when the connection closed before any response.
+
+        A graceful ``nginx -s reload`` (how the balancer drains an instance) makes the old
+        workers close their idle kept-alive connections; a request written on one at that
+        moment is never read, and the client sees the connection close with no response.
+        Clients retry that: the OpenAI SDK retries connection errors twice by default. Only
+        that error is retried, once, and counted; a response of any status, a timeout or a
+        refused connection is the request's result."""
+        url = self.url + "/v1/completions"
+        try:
+            return client.post(url, json=body)
+        except httpx.RemoteProtocolError:
+            with self._lock:
+                self.retried += 1
+            return client.post(url, json=body)
 
 
 __all__ = ["LB_TEMPLATE", "SERVER_LINE", "Balancer", "Load", "nginx_binary"]

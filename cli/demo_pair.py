@@ -149,7 +149,14 @@ async def _tour(config: Config, state: Path, host: SimHost, lb: Balancer) -> boo
         )
         click.echo(f"   server a: {'fixed (card 0 reset, a restarted)' if fixed else 'NOT fixed'}")
         click.echo(f"   server b: {'never stopped' if not b_stops else 'STOPPED'}")
-        click.echo(f"   client requests through nginx: {load.ok} answered, {load.failed} failed")
+        again = (
+            f" ({load.retried} sent again: nginx's reload closed an idle kept-alive connection)"
+            if load.retried
+            else ""
+        )
+        click.echo(
+            f"   client requests through nginx: {load.ok} answered, {load.failed} failed{again}"
+        )
         for why in load.failures[:5]:
             click.echo(f"     failed: {why}")
         click.echo(f"   the decisions: ascend-doctor incidents --state-dir {state}\n")
