@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import shlex
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -26,6 +25,7 @@ from typing import Any
 
 from ascend_doctor.agent.server import ServerHandle
 from ascend_doctor.agent.verify import completion_probe
+from ascend_doctor.core import regex
 from ascend_doctor.core.errors import RemediationError
 from ascend_doctor.core.events import Finding, Outcome, ProcessState, Sample
 from ascend_doctor.core.ha import HAConfig, device_number, may_stop, required_healthy, substitute
@@ -35,8 +35,8 @@ log = logging.getLogger(__name__)
 Decide = Callable[[str, Outcome, str, dict[str, Any]], None]
 """Records a decision (name, outcome, reason, params) on what the server is being fixed for."""
 
-_PLOG_PID = re.compile(r"^(?:plog|device)-(\d+)_")
-_DEVICE_DIR = re.compile(r"^device-(\d+)$")
+_PLOG_PID = regex.compile(r"^(?:plog|device)-(\d+)_")
+_DEVICE_DIR = regex.compile(r"^device-(\d+)$")
 
 
 class StopRefused(RemediationError):

@@ -36,6 +36,7 @@ import click
 
 from ascend_doctor import __version__
 from ascend_doctor.cli.common import InputError
+from ascend_doctor.core import regex
 from ascend_doctor.core.config_file import default_state_dir
 from ascend_doctor.core.errors import CollectorError, ConfigError, DoctorError
 from ascend_doctor.core.redact import REDACTED, is_secret, redact, redact_text
@@ -46,10 +47,10 @@ from ascend_doctor.core.store import STORE_NAME, Store
 MB = 1024 * 1024
 NPU_SMI_TIMEOUT = 10.0
 
-_SINCE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd])\s*$", re.IGNORECASE)
+_SINCE = regex.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd])\s*$", re.IGNORECASE)
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-_UNSAFE = re.compile(r"[^A-Za-z0-9._/-]")
-_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+_UNSAFE = regex.compile(r"[^A-Za-z0-9._/-]")
+_BARE_KEY = regex.compile(r"^[A-Za-z0-9_-]+$")
 
 
 def parse_since(text: str) -> float:

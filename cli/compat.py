@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from ascend_doctor.core import regex
 from ascend_doctor.core.errors import RuleError
 
 
@@ -67,8 +68,8 @@ class CompatRow:
 
 # -- versions ---------------------------------------------------------------------------------
 
-_RELEASE = re.compile(r"^\s*v?(\d+(?:\.\d+)*)")
-_CANN = re.compile(r"(\d+)\.(\d+)\.(?:rc(\d+)|(\d+))", re.IGNORECASE)
+_RELEASE = regex.compile(r"^\s*v?(\d+(?:\.\d+)*)")
+_CANN = regex.compile(r"(\d+)\.(\d+)\.(?:rc(\d+)|(\d+))", re.IGNORECASE)
 
 
 def _norm(version: str) -> str:

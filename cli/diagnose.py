@@ -35,6 +35,7 @@ from ascend_doctor.cli.parallel import as_is, paused_gc, regular_pieces, scan_pi
 from ascend_doctor.collectors.logs import read_chunks, source_kind
 from ascend_doctor.collectors.npu_smi_ecc import ECC_HEAD
 from ascend_doctor.collectors.npu_smi_format import parse_info, samples_from_info
+from ascend_doctor.core import regex
 from ascend_doctor.core.errors import CollectorError
 from ascend_doctor.core.events import Category, Finding, LogLine
 from ascend_doctor.rules import Engine, RuleSet
@@ -42,8 +43,10 @@ from ascend_doctor.rules.ranking import Ranked, rank_causes
 
 SNIFF = 8192
 
-_PLOG_TS = re.compile(rb"(\d{4})-(\d\d)-(\d\d)-(\d\d):(\d\d):(\d\d)\.(\d{3})")
-_VLLM_TS = re.compile(rb"(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)")
+_PLOG_TS = regex.compile(rb"(\d{4})-(\d\d)-(\d\d)-(\d\d):(\d\d):(\d\d)\.(\d{3})")
+_VLLM_TS = regex.compile(
+    rb"(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)"
+)
 
 ACTION_TEXT = {
     "lower_max_model_len": "lower --max-model-len to what fits",
@@ -244,7 +247,7 @@ def _add(result: Diagnosis, findings: list[Finding], index: int) -> None:
         result.hits.append(_Hit(finding, (index, finding.offset), _timestamp(text)))
 
 
-NPU_SMI_HEAD = re.compile(rb"^\| npu-smi \S+\s+Version:", re.M)
+NPU_SMI_HEAD = regex.compile(rb"^\| npu-smi \S+\s+Version:", re.M)
 """The first line of the table ``npu-smi info`` prints."""
 
 

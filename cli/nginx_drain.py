@@ -22,13 +22,14 @@ from __future__ import annotations
 import argparse
 import fcntl
 import os
-import re
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-LINE = re.compile(r"^(?P<head>\s*server\s+\S+)(?P<params>[^;#]*);\s*#\s*(?P<name>\S+)\s*$")
+from ascend_doctor.core import regex
+
+LINE = regex.compile(r"^(?P<head>\s*server\s+\S+)(?P<params>[^;#]*);\s*#\s*(?P<name>\S+)\s*$")
 
 
 def rewrite(text: str, name: str, down: bool) -> str:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import re
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -34,6 +33,7 @@ from typing import Any
 import psutil
 
 from ascend_doctor.collectors.log_files import Source, source_kind
+from ascend_doctor.core import regex
 from ascend_doctor.core.events import Finding, LogChunk
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,7 @@ CURSOR_KEY = "kernel_log.cursor"
 READ_SIZE = 16384
 """Bytes per read: one record of /dev/kmsg is at most 8 KiB (CONSOLE_EXT_LOG_MAX)."""
 
-_RECORD = re.compile(rb"^(\d+),(\d+),(\d+),[^;\n]*;(.*)$")
+_RECORD = regex.compile(rb"^(\d+),(\d+),(\d+),[^;\n]*;(.*)$")
 
 
 def boot_id(path: str = "/proc/sys/kernel/random/boot_id") -> str:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import re
 
 from ascend_doctor.collectors.npu_smi_format import parse_pairs
+from ascend_doctor.core import regex
 
 ECC_KEYS = {
     "HBM Single Bit Error Count": "hbm_ecc_single_bit_errors",
@@ -47,10 +48,10 @@ UNCORRECTABLE = "hbm_ecc_double_bit_errors"
 UNCORRECTABLE_TOTAL = "hbm_ecc_double_bit_total"
 """The card's lifetime count of uncorrectable errors: it only grows."""
 
-ECC_HEAD = re.compile(rb"^\s*HBM (?:Single|Double) Bit Error Count\s+:", re.M)
+ECC_HEAD = regex.compile(rb"^\s*HBM (?:Single|Double) Bit Error Count\s+:", re.M)
 """A line only ``npu-smi info -t ecc`` prints: how ``diagnose`` knows a saved one."""
-_CHIP = re.compile(r"^\s*Chip ID\s*:\s*(\d+)\s*$")
-_NPU = re.compile(r"^\s*NPU ID\s*:\s*(\d+)\s*$", re.M)
+_CHIP = regex.compile(r"^\s*Chip ID\s*:\s*(\d+)\s*$")
+_NPU = regex.compile(r"^\s*NPU ID\s*:\s*(\d+)\s*$", re.M)
 
 
 def npu_id(text: str) -> int | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ascend_doctor.core import regex
 from ascend_doctor.core.errors import CollectorError
 from ascend_doctor.core.events import Sample
 
@@ -24,11 +25,11 @@ HEALTH_STATES = ("OK", "Warning", "Alarm", "Critical", "UNKNOWN")
 # close. A process stuck in the driver (state D) ignores SIGKILL until its ioctl returns, so
 # this wait is bounded too: the caller is promised that run_npu_smi never hangs.
 
-_DCMI_RET = re.compile(r"\bret is\s*(-?\d+)", re.IGNORECASE)
-_NO_PROCS = re.compile(r"No running processes found in NPU\s+(\d+)", re.IGNORECASE)
-_PAIR = re.compile(r"^\s*([^:]*[^:\s])\s*:\s*(.*?)\s*$")
-_HEX_WORD = re.compile(r"[0-9A-Fa-f]{1,8}")
-_SLASH = re.compile(r"\s*/\s*")
+_DCMI_RET = regex.compile(r"\bret is\s*(-?\d+)", re.IGNORECASE)
+_NO_PROCS = regex.compile(r"No running processes found in NPU\s+(\d+)", re.IGNORECASE)
+_PAIR = regex.compile(r"^\s*([^:]*[^:\s])\s*:\s*(.*?)\s*$")
+_HEX_WORD = regex.compile(r"[0-9A-Fa-f]{1,8}")
+_SLASH = regex.compile(r"\s*/\s*")
 
 
 @dataclass(frozen=True, slots=True)

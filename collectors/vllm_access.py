@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import re
 
-PROBE_ACCESS = re.compile(
+from ascend_doctor.core import regex
+
+PROBE_ACCESS = regex.compile(
     rb'^[^\n]*\b(?:127\.0\.0\.1|\[?::1\]?):\d+ - "GET /(?:health|metrics|v1/models|version)'
     rb' HTTP/[\d.]+" 200\b[^\n]*(?:\n|$)',
     re.M,

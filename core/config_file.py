@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_args, get_origin, get_type_hints
 
+from ascend_doctor.core import regex
 from ascend_doctor.core.config import CHOICES, POSITIVE, Config
 from ascend_doctor.core.errors import ConfigError
 from ascend_doctor.core.ha import check_servers
@@ -47,14 +48,16 @@ class _Source:
         index = re.fullmatch(r"(.*)\[(\d+)\]", tables[-1]) if tables else None
         if index:  # a table of an array of tables: the n-th [[a.b]] header
             names = [*tables[:-1], index.group(1)]
-            header = re.compile(r"^\s*\[\[\s*" + r"\s*\.\s*".join(map(re.escape, names)))
+            header = regex.compile(r"^\s*\[\[\s*" + r"\s*\.\s*".join(map(re.escape, names)))
             starts = [i for i, ln in enumerate(lines) if header.match(ln)]
             n = int(index.group(2))
             start = starts[n] if n < len(starts) else 0
         elif tables:
-            header = re.compile(r"^\s*\[\s*" + r"\s*\.\s*".join(map(re.escape, tables)) + r"\s*\]")
+            header = regex.compile(
+                r"^\s*\[\s*" + r"\s*\.\s*".join(map(re.escape, tables)) + r"\s*\]"
+            )
             start = next((i for i, ln in enumerate(lines) if header.match(ln)), 0)
-        pat = re.compile(r"^\s*" + re.escape(key) + r"\s*=")
+        pat = regex.compile(r"^\s*" + re.escape(key) + r"\s*=")
         for i in range(start, len(lines)):
             if pat.match(lines[i]):
                 return f"{self.path}:{i + 1}"

@@ -9,17 +9,17 @@ back. Nothing here does I/O: the agent asks and acts (``agent/fleet.py``).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ascend_doctor.core import regex
 from ascend_doctor.core.errors import ConfigError
 
 SERVERS_DIR = "servers"
 """Under the state dir: one directory (its store, its log) per ``[[servers]]`` name."""
 
-NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+NAME = regex.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 """A server's name: it names its state directory, so no slashes and no leading dot."""
 
 

@@ -4,8 +4,9 @@ before anything is printed, stored, exported or bundled."""
 from __future__ import annotations
 
 import logging
-import re
 from typing import Any, TypeVar
+
+from ascend_doctor.core import regex
 
 T = TypeVar("T", str, bytes)
 
@@ -68,8 +69,8 @@ _TEXT = [
     # Authorization: Bearer X
     (r"(?i)(\bbearer\s+)[\w.~+/=-]+", r"\1<redacted>"),
 ]
-_TEXT_STR = [(re.compile(p), r) for p, r in _TEXT]
-_TEXT_BYTES = [(re.compile(p.encode()), r.encode()) for p, r in _TEXT]
+_TEXT_STR = [(regex.compile(p), r) for p, r in _TEXT]
+_TEXT_BYTES = [(regex.compile(p.encode()), r.encode()) for p, r in _TEXT]
 
 
 def redact_text(text: T) -> T:

@@ -14,8 +14,9 @@ hidden: ``api_key``, ``--api-key X``, ``hf_token``, ``HF_TOKEN=``, ``access_toke
 
 from __future__ import annotations
 
-import re
 from typing import TypeVar
+
+from ascend_doctor.core import regex
 
 T = TypeVar("T", str, bytes)
 
@@ -40,9 +41,9 @@ _PATTERNS = [
     # Authorization: Bearer X
     (r"(?i)(\bbearer\s+)(?!<redacted>)[\w.~+/=-]+", r"\1<redacted>"),
 ]
-_STR = [(re.compile(p), r) for p, r in _PATTERNS]
-_BYTES = [(re.compile(p.encode()), r.encode()) for p, r in _PATTERNS]
-_HINT = re.compile(
+_STR = [(regex.compile(p), r) for p, r in _PATTERNS]
+_BYTES = [(regex.compile(p.encode()), r.encode()) for p, r in _PATTERNS]
+_HINT = regex.compile(
     rb"(?i)key|token|secret|passw|credential|bearer|://"
 )  # most lines name none of them: one scan instead of seven
 

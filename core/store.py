@@ -17,6 +17,7 @@ import sqlite3
 import time
 from pathlib import Path
 
+from ascend_doctor.core import regex
 from ascend_doctor.core.errors import StoreError
 from ascend_doctor.core.safeio import private_dir
 from ascend_doctor.core.statelock import lock_state_dir
@@ -114,7 +115,7 @@ class Store(IncidentsMixin, RecordsMixin, HostMixin, SpansMixin, RequestsMixin, 
             )
 
 
-_CORRUPT = re.compile(r"not a database|malformed|corrupt", re.IGNORECASE)
+_CORRUPT = regex.compile(r"not a database|malformed|corrupt", re.IGNORECASE)
 
 
 def _open_moving_corrupt(path: Path) -> sqlite3.Connection:

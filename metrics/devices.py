@@ -14,12 +14,12 @@ read an immutable snapshot the daemon's loop replaces.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry.metrics import Meter
 
+from ascend_doctor.core import regex
 from ascend_doctor.core.events import Finding
 from ascend_doctor.metrics.observe import Kind, Point, Read, observe
 
@@ -45,8 +45,8 @@ def device_attributes(subject: str, sample: dict[str, Any]) -> dict[str, str]:
     return attrs
 
 
-_DEVICE = re.compile(r"^npu\d+(?:\.\d+)?$")
-_CODE_SPLIT = re.compile(r"[\s,;]+")
+_DEVICE = regex.compile(r"^npu\d+(?:\.\d+)?$")
+_CODE_SPLIT = regex.compile(r"[\s,;]+")
 
 
 def _num(value: Any) -> float | None:

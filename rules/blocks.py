@@ -12,21 +12,21 @@ of the block as evidence. Only lines around matches are examined.
 from __future__ import annotations
 
 import dataclasses
-import re
 
+from ascend_doctor.core import regex
 from ascend_doctor.core.events import Finding, LogChunk, LogLine
 from ascend_doctor.rules.lines import Lines
 
 MAX_BLOCK_LINES = 60
 
 # vLLM process tag, vLLM level/time/file, torch rank prefix: any of them may precede a line.
-PREFIX = re.compile(
+PREFIX = regex.compile(
     rb"^(?:\(\w+ pid=\d+\) )?"
     rb"(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[[^\]]*\] )?"
     rb"(?:\[rank\d+\]: ?)?"
 )
-CODE_LINE = re.compile(rb"^[EWI][0-9A-Z]\d{4}(?::|\[PID)")
-BODY_LINE = re.compile(
+CODE_LINE = regex.compile(rb"^[EWI][0-9A-Z]\d{4}(?::|\[PID)")
+BODY_LINE = regex.compile(
     rb"^(?:[EWI][0-9A-Z]\d{4}(?::|\[PID)|Possible Cause:|Solution:|TraceBack \(most recent"
     rb"|\s|.*\[FUNC:[^\]]*\]\[FILE:[^\]]*\]\[LINE:\d+\]\s*$)"
 )

@@ -11,7 +11,6 @@ phrase found in the same block.
 from __future__ import annotations
 
 import functools
-import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from ascend_doctor.core import regex
 from ascend_doctor.core.errors import RuleError
 from ascend_doctor.core.events import Category, PlannedAction, Role, Severity
 from ascend_doctor.rules.yamlload import load_yaml
@@ -263,7 +263,7 @@ def _entry(path: Path, kind: str, raw: Any, problems: list[str]) -> Entry | None
 
 # CANN's message table keeps the printf arguments of a message ("Reason: %s."); a summary
 # reads better without the empty ones
-_EMPTY_ARG = re.compile(r"\s*(?:Suggest|Reason|Solution|Possible Cause):\s*%s\.?|\s*\[%s\]|%s")
+_EMPTY_ARG = regex.compile(r"\s*(?:Suggest|Reason|Solution|Possible Cause):\s*%s\.?|\s*\[%s\]|%s")
 
 
 def _readable(meaning: str) -> str:

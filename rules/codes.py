@@ -23,6 +23,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from ascend_doctor.core import regex
 from ascend_doctor.rules.catalogue import Catalogues, Entry
 
 # The number is checked against the catalogue: a keyword before a six-digit number is not
@@ -57,7 +58,7 @@ FIRST_BYTES = b"eErf[HOhFA"
 """Every byte a form can start with. A lookahead on them first makes ``re`` try the forms'
 dozens of branches only where one can start: the same matches at twice the speed (a
 failure-dense log has a code word on every other line)."""
-CODE_PATTERN = re.compile(
+CODE_PATTERN = regex.compile(
     b"(?=[" + re.escape(FIRST_BYTES) + b"])(?:" + b"|".join(_FORMS) + b")", re.MULTILINE
 )
 """Every form at once: one pass over a chunk (C speed)."""
@@ -83,7 +84,7 @@ _GROUP_KIND = {
     "name": "acl",
 }
 
-DEVICE = re.compile(
+DEVICE = regex.compile(
     rb"(?:Device\[(\d+)\]|device_id=(\d+)|\(device=(\d+)|[Dd]evice (\d+)\b|chipId:(\d+)"
     rb"|Device:(\d+)|NPU (\d+)\b|device\((\d+)\))"
 )

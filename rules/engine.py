@@ -13,6 +13,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from ascend_doctor.core import regex
 from ascend_doctor.core.events import (
     Category,
     Finding,
@@ -52,8 +53,8 @@ class _Blank(dict[str, str]):
         return "?"
 
 
-_OPTIONAL = re.compile(r"\[\[(.*?)\]\]", re.S)
-_NAME = re.compile(r"\{(\w+)\}")
+_OPTIONAL = regex.compile(r"\[\[(.*?)\]\]", re.S)
+_NAME = regex.compile(r"\{(\w+)\}")
 
 
 def fill(template: str, values: dict[str, Any]) -> str:

@@ -6,9 +6,9 @@ Helpers of the engine; pure functions over a chunk's bytes.
 from __future__ import annotations
 
 import bisect
-import re
 from collections.abc import Callable
 
+from ascend_doctor.core import regex
 from ascend_doctor.core.events import Category, Finding, LogChunk, LogLine, Role, Severity
 from ascend_doctor.rules.codes import CodeHit, device_of
 from ascend_doctor.rules.lines import Lines
@@ -57,7 +57,7 @@ def end_of(data: bytes, start: int) -> int:
 
 # an exception that names the CANN error block printed right below it
 # ("RuntimeError: call aclnnX failed, detail:EZ9999: Inner Error!")
-_NAMES_BLOCK = re.compile(rb"E[0-9A-Z]\d{4}: Inner Error!?\s*$|detail:\s*E[0-9A-Z]\d{4}")
+_NAMES_BLOCK = regex.compile(rb"E[0-9A-Z]\d{4}: Inner Error!?\s*$|detail:\s*E[0-9A-Z]\d{4}")
 
 
 def before_lines(data: bytes, start: int, n: int) -> int:

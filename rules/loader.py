@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from ascend_doctor.core import cache
+from ascend_doctor.core import cache, regex
 from ascend_doctor.core.errors import ConfigError, RuleError
 from ascend_doctor.core.events import Category, PlannedAction, Role, Severity
 from ascend_doctor.rules.safety import pattern_problems
@@ -78,7 +78,7 @@ class Rule:
         """``pattern`` compiled over bytes (offsets stay exact on invalid UTF-8), when first
         used: most rules never confirm a match in a run, and compiling the packs' patterns
         was a third of a command's start-up. :func:`load_rules` checked that it compiles."""
-        return re.compile(self.pattern.encode("utf-8"))
+        return regex.compile(self.pattern.encode("utf-8"))
 
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -323,7 +323,7 @@ def _text(raw: dict[str, Any], rid: str, where: str) -> Rule:
         if not isinstance(quiet, str) or not quiet:
             raise RuleError(f"{where}: rule '{rid}' key 'quiet_after' must be a pattern")
         try:
-            quiet_regex = re.compile(quiet.encode("utf-8"))
+            quiet_regex = regex.compile(quiet.encode("utf-8"))
         except re.error as exc:
             raise RuleError(f"{where}: rule '{rid}' quiet_after does not compile: {exc}") from None
     return Rule(

@@ -16,12 +16,13 @@ import re._parser as re_parser  # type: ignore[import-not-found]  # no stub; sre
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from ascend_doctor.core import regex
 from ascend_doctor.rules.loader import Rule
 
 log = logging.getLogger(__name__)
 
-_NAMED_GROUP = re.compile(r"\(\?P<\w+>")
-_NAMED_REF = re.compile(r"\(\?P=\w+\)")
+_NAMED_GROUP = regex.compile(r"\(\?P<\w+>")
+_NAMED_REF = regex.compile(r"\(\?P=\w+\)")
 
 
 class Prefilter(Protocol):
@@ -41,7 +42,7 @@ def hyperscan_pattern(pattern: str) -> bytes:
 
 _PREFIXES = "prefix-1"
 """Names how :func:`prefix_pattern` cuts: part of the cache key of compiled databases."""
-_QUANTIFIER = re.compile(r"(?:[*+?]|\{\d*(?:,\d*)?\})[?+]?")
+_QUANTIFIER = regex.compile(r"(?:[*+?]|\{\d*(?:,\d*)?\})[?+]?")
 
 
 def _atom_end(p: str, i: int) -> int | None:
@@ -157,15 +158,15 @@ class RePrefilter:
     def __init__(self, rules: Sequence[Rule], extras: Sequence[str] = ()) -> None:
         self.rules = list(rules)
         self._regexes = [r.regex for r in self.rules] + [
-            re.compile(e.encode("utf-8")) for e in extras
+            regex.compile(e.encode("utf-8")) for e in extras
         ]
 
     def candidates(self, data: bytes) -> list[tuple[int, int]]:
         out: list[tuple[int, int]] = []
         data = capped(data)
-        for i, regex in enumerate(self._regexes):
+        for i, rx in enumerate(self._regexes):
             last = -1
-            for m in regex.finditer(data):
+            for m in rx.finditer(data):
                 # the line where the match ends: what hyperscan reports without start-of-match
                 start = _line_start(data, max(m.start(), m.end() - 1))
                 if start != last:

@@ -20,7 +20,9 @@ import re._parser as sre  # type: ignore[import-not-found]  # no stub; sre_parse
 from dataclasses import dataclass
 from typing import Any
 
-_OUTER = re.compile(
+from ascend_doctor.core import regex
+
+_OUTER = regex.compile(
     # the kernel's log as syslog/journalctl and dmesg write it: "Aug  1 08:38:31 host kernel: ",
     # "2026-08-01T08:38:31.123456+08:00 host kernel: ", "[ 1197.584409] "
     rb"(?:(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d"
@@ -39,21 +41,21 @@ _OUTER = re.compile(
 _HEADERS: tuple[tuple[str, re.Pattern[bytes]], ...] = (
     (
         "vllm",
-        re.compile(
+        regex.compile(
             rb"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? "
             rb"\[?(?P<logger>[\w./-]{1,120}:\d+)\] ?"
         ),
     ),
     (
         "c10",
-        re.compile(
+        regex.compile(
             rb"\[(?P<level>[EWI])(?:\d{3,4} \d\d:\d\d:\d\d\.\d+ (?:\d+ )?| )"
             rb"(?P<logger>[\w./-]{1,80}:\d+)\] ?"
         ),
     ),
     (
         "plog",
-        re.compile(
+        regex.compile(
             rb"\[(?P<level>ERROR|WARNING|INFO|DEBUG|EVENT)\] ?(?P<module>[A-Z][A-Z0-9_]{1,20})"
             rb"\((?P<pid>\d+),[^)]{0,80}\):\d{4}-\d\d-\d\d-\d\d:\d\d:\d\d[.\d]* ?"
             rb"(?:\[(?P<logger>[^\]]{1,120})\])? ?"
@@ -61,14 +63,14 @@ _HEADERS: tuple[tuple[str, re.Pattern[bytes]], ...] = (
     ),
     (
         "torch_npu",
-        re.compile(
+        regex.compile(
             rb"\[(?P<level>ERROR|WARNING)\] \d{4}-\d\d-\d\d-\d\d:\d\d:\d\d "
             rb"\(PID:\d+, Device:-?\d+, RankID:-?\d+\) "
         ),
     ),
     (
         "pylog",
-        re.compile(
+        regex.compile(
             rb"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:,\d+)? - "
             rb"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) - "
             rb"(?P<logger>[\w.]{1,100}) - "
@@ -79,7 +81,7 @@ _HEADERS: tuple[tuple[str, re.Pattern[bytes]], ...] = (
         # ("%(asctime)s - %(name)s - %(levelname)s - %(message)s": lmdeploy, MindIE's Python
         # side, many examples): "2025-06-01 10:00:00,123 - lmdeploy - ERROR - msg"
         "pylog_name",
-        re.compile(
+        regex.compile(
             rb"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[,.]\d+)? - "
             rb"(?P<logger>[\w.-]{1,100}) - "
             rb"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) - "
@@ -91,7 +93,7 @@ _HEADERS: tuple[tuple[str, re.Pattern[bytes]], ...] = (
         # and "%(asctime)s - %(levelname)s - ..." without a name; the time may be bracketed,
         # ISO with a T and a zone, and the level bracketed: "[2025-06-01 10:00:00] [ERROR] "
         "timed",
-        re.compile(
+        regex.compile(
             rb"\[?\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[,.]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?"
             rb"(?: - | \| |\s{1,4})\[?(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\]?"
             rb"(?: - | \| |:? {1,8}|\t|$)(?:(?P<logger>[\w./-]{1,100}:\d+) -- )?"
@@ -101,23 +103,23 @@ _HEADERS: tuple[tuple[str, re.Pattern[bytes]], ...] = (
         # glog (C++ libraries such as Mooncake's transfer engine): "E1210 03:24:54.778028
         # 2548307 file.cpp:820] ", newer glog with the year "E20260608 14:45:44.404089 ..."
         "glog",
-        re.compile(
+        regex.compile(
             rb"(?P<level>[IWEF])(?:\d{4})?\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ "
             rb"(?P<logger>[\w.-]{1,80}:\d+)\] "
         ),
     ),
-    ("uvicorn", re.compile(rb"(?P<level>INFO|WARNING|ERROR|CRITICAL):\s+")),
+    ("uvicorn", regex.compile(rb"(?P<level>INFO|WARNING|ERROR|CRITICAL):\s+")),
     # Python logging's default format (logging.basicConfig): "ERROR:torch.distributed:msg"
     (
         "pydefault",
-        re.compile(rb"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL):(?P<logger>[\w.]{1,100}):"),
+        regex.compile(rb"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL):(?P<logger>[\w.]{1,100}):"),
     ),
     # the level word alone after a time the outer prefix took: Rust's tracing-subscriber
     # ("2025-06-01T10:00:00.123456Z ERROR target: msg"),
     # vLLM-Ascend's camem ("2025-06-07T08:10:41.790Z ERROR camem: Failed to import ...")
     (
         "bare",
-        re.compile(
+        regex.compile(
             rb"(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)(?: {1,8}|\t)"
             rb"(?:(?P<logger>[\w.-]{1,80}(?:::[\w.-]{1,80}){0,8}): (?=\S))?"
         ),
@@ -125,7 +127,7 @@ _HEADERS: tuple[tuple[str, re.Pattern[bytes]], ...] = (
     # loguru (LLaMA-Factory, lmdeploy and others): "2025-06-01 10:00:00.123 | ERROR    | m:f:12 - "
     (
         "loguru",
-        re.compile(
+        regex.compile(
             rb"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \| (?P<level>[A-Z]{4,8}) *\| "
             rb"(?P<logger>[\w.:<>-]{1,120}) - "
         ),
@@ -136,7 +138,7 @@ _HEADERS: tuple[tuple[str, re.Pattern[bytes]], ...] = (
     # [error] [1234] [op.cpp:27] msg"); Go/logfmt "level=error"
     (
         "bracket",
-        re.compile(
+        regex.compile(
             rb"(?:\[[^\]\n]{1,60}\] ?){0,6}"
             rb"\[(?P<level>ERROR|WARNING|WARN|INFO|DEBUG|CRITICAL|FATAL"
             rb"|error|warning|warn|info|debug|critical|fatal|trace)\] ?"
@@ -144,7 +146,7 @@ _HEADERS: tuple[tuple[str, re.Pattern[bytes]], ...] = (
     ),
     (
         "logfmt",
-        re.compile(
+        regex.compile(
             rb"[^\n]{0,80}?\blevel=\"?(?P<level>error|fatal|warning|warn|info|debug)\b\"? ?"
         ),
     ),
@@ -161,7 +163,7 @@ _LEVELS = {
     b"TRACE": "DEBUG",
 }
 
-REQUEST_LOG = re.compile(
+REQUEST_LOG = regex.compile(
     rb"(?:Received request \S{1,200}: (?:prompt|params)|Received raw HTTP request \S{1,200}: "
     rb"|Generated response \S{1,200}(?: \(streaming (?:delta|complete)\))?: output"
     rb"|Request \S{1,200} details: prompt)"
@@ -173,13 +175,13 @@ output: %r`` and, streaming, ``Generated response ID (streaming delta|complete):
 newest ``Received raw HTTP request ID: {json}``. Prompts, parameters and outputs echoed back:
 never evidence of a failure."""
 
-TRACEBACK = re.compile(rb"\s*Traceback \(most recent call last\):")
-EXCEPTION = re.compile(
+TRACEBACK = regex.compile(rb"\s*Traceback \(most recent call last\):")
+EXCEPTION = regex.compile(
     rb"(?:[A-Za-z_][\w]{0,60}\.){0,8}(?:[A-Z]\w{0,60})?(?:Error|Exception|Exit|Interrupt|Fault|Failed)"
     rb"(?:\(\w{1,60}(?:Error|Exception)\))?(?:: |:$|$|\(')"
 )
 """A Python exception line: ``RuntimeError: ...``, ``vllm....EngineDeadError: ...``, a repr."""
-FATAL = re.compile(
+FATAL = regex.compile(
     rb"(?:terminate called|\s*what\(\): |Fatal Python error|Segmentation fault"
     rb"|\*\*\* SIG\w+ received|panic: |thread '[^'\n]{0,80}' panicked at|fatal error: "
     rb"|(?:[^\n]{0,120}\s)?(?:Floating point exception|Bus error|Illegal instruction|Aborted)"
@@ -193,7 +195,7 @@ handlers, a shell reporting a signal (``Aborted (core dumped)``, ``Floating poin
 ``line 3: 4242 Killed  python ...``, a lone ``Killed``), glibc's heap checks (``double free or
 corruption (out)``, ``free(): invalid pointer``, ``*** Error in `python3': ...``), Go and Rust
 panics."""
-ERROR_WORD = re.compile(
+ERROR_WORD = regex.compile(
     rb"(?:[\w./ -]{1,60}: )?(?:Error|ERROR|error|FATAL|Fatal|fatal|CRITICAL)(?: error)?: \S"
     rb"|\[Error\]: \S|(?:Unhandled |Uncaught |Caught |Unexpected )?(?:Error|Exception|ERROR) "
     rb"(?:in |executing |occurred|occured|while |during |when |raised|caught)"
@@ -202,24 +204,26 @@ ERROR_WORD = re.compile(
 argparse's ``prog: error: ...``, torch_npu's ``[Error]: <text>`` after a failed ACL call, and
 the sentences that announce one (``Error executing method 'x'``, ``Exception in thread``,
 ``Unhandled exception while ...``)."""
-FAILED_CALL = re.compile(
+FAILED_CALL = regex.compile(
     rb"[^\n]{0,400}?(?:(?:NPU|HCCL|OPS|DIST|ACL|ATB) function error: "
     rb"|[Ee]rror ?code(?: is|:|=) ?-?[1-9]|\berrno\[-?[1-9])"
 )
 """A native call that failed with a non-zero code (torch_npu's ``NPU function error: <call>,
 error code is N``, ``call aclnnX failed, error code is N``): an error whatever the header
 says, when no rule or catalogue knows the code."""
-JSON_ERROR = re.compile(
+JSON_ERROR = regex.compile(
     rb'\{\s?"(?:object|error)"\s?:[^\n]{0,4000}?"code"\s?:\s?"?(?P<code>[45]\d\d)\b'
 )
 """An OpenAI-style error body as vLLM returns it and clients print it:
 ``{"object":"error","message":"...","type":"InternalServerError","param":null,"code":500}``
 (and ``{"error": {...}}``). A 5xx is the server failing; a 4xx is one request refused."""
-CANN_TRACE = re.compile(rb"[^\n]{0,4000}?\[FUNC:\w{1,120}\]\[FILE:[\w.-]{1,120}\]\[LINE:\d{1,7}\]")
+CANN_TRACE = regex.compile(
+    rb"[^\n]{0,4000}?\[FUNC:\w{1,120}\]\[FILE:[\w.-]{1,120}\]\[LINE:\d{1,7}\]"
+)
 """CANN's error manager ends every message it reports with where it was raised,
 ``... [FUNC:InitializeTeFusion][FILE:tbe_op_store_adapter.cc][LINE:1921]``: the inner lines of
 an error block (a "TraceBack" of CANN calls), an error even when its code line is not there."""
-HOST_FAULT = re.compile(
+HOST_FAULT = regex.compile(
     rb"[^\n]{0,200}?(?:segfault at |general protection fault|BUG: |Kernel panic|blocked for more "
     rb"than \d+ seconds|soft lockup|hard LOCKUP|[Hh]ardware [Ee]rror|Machine check|PCIe Bus Error"
     rb"|EXT4-fs error|I/O error|AER: Uncorrected|\[ERROR\])"
@@ -227,10 +231,10 @@ HOST_FAULT = re.compile(
 """A kernel line that reports a failure: a fault in a process, a hung task, a lockup, a
 hardware or PCIe error (the NPU sits on PCIe), a file-system error, or a driver's own
 ``[ERROR]`` line (the Ascend driver writes ``[ascend] [ERROR] [module] ...``)."""
-CANN_CODE = re.compile(
+CANN_CODE = regex.compile(
     rb"(?:E[0-9A-Z]\d{4}(?::|\[PID)|\[PID: \d+\] [\d:.-]+ \w+\(E[0-9A-Z]\d{4}\):)"
 )
-CONTINUATION = re.compile(rb"(?:\s|$|frame #\d+:)")
+CONTINUATION = regex.compile(rb"(?:\s|$|frame #\d+:)")
 """A line that continues what is above it: indented (traceback source, CANN block body), empty."""
 
 
@@ -343,13 +347,13 @@ def message(line: bytes) -> bytes:
     return line[parse(line).message :]
 
 
-ECHO_LOGGERS = re.compile(r"(?:^|/)dump_input\.py:")
+ECHO_LOGGERS = regex.compile(r"(?:^|/)dump_input\.py:")
 """vLLM loggers that echo requests back: ``dump_input.py`` dumps the scheduler output (request
 ids, token counts, sampling parameters) at ERROR level after an engine failure; the failure
 itself is the traceback that follows."""
 
 
-_ECHO_WORDS = re.compile(
+_ECHO_WORDS = regex.compile(
     rb"Received request |Received raw HTTP request |Generated response |Request |dump_input\.py:"
 )
 """Words every echo holds: each ``REQUEST_LOG`` form starts with one, the dump names its file.

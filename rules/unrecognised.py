@@ -13,11 +13,11 @@ Candidate lines are found with one regex pass over the chunk; Python looks only 
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ascend_doctor.core import regex
 from ascend_doctor.rules.blocks import block_around
 
 if TYPE_CHECKING:
@@ -59,13 +59,13 @@ prefilter: ``error_units`` parses each line it proposes. glog's header (``E1210 
 ``E20260608 14:45:44.4``) is proposed by its month, day and hour digits: the header's
 digits, colons and dot hold no literal for hyperscan to find, and matching them whole cost a
 fifth of a benign scan (issue 18); ``parse`` checks the whole header."""
-_CANDIDATE = re.compile(UNIT_KEYS.encode())
+_CANDIDATE = regex.compile(UNIT_KEYS.encode())
 
 
-REQUEST_LOGGERS = re.compile(r"(?:^|/)(?:serving_\w+|serving|protocol)\.py:")
+REQUEST_LOGGERS = regex.compile(r"(?:^|/)(?:serving_\w+|serving|protocol)\.py:")
 """vLLM's OpenAI-serving modules log one request's failure at ERROR (a prompt too long, a bad
 parameter): the server is fine, so such an unexplained error is reported at info level."""
-IGNORABLE = re.compile(
+IGNORABLE = regex.compile(
     rb"(?i:can (?:be )?(?:safely )?ignored?\b|safe to ignore"
     rb"|(?:please|you can|you may) (?:safely )?ignore|is harmless"
     rb"|(?:does|will) not affect (?:the )?(?:result|inference|service|serving))"
@@ -93,8 +93,8 @@ def _may_fail(msg: bytes) -> bool:
     )
 
 
-_WHAT = re.compile(rb".{0,200}?what\(\): ")
-_WARNED_CODE = re.compile(rb"Warning: E[0-9A-Z]\d{4}: ")
+_WHAT = regex.compile(rb".{0,200}?what\(\): ")
+_WARNED_CODE = regex.compile(rb"Warning: E[0-9A-Z]\d{4}: ")
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +132,7 @@ def _candidate_starts(data: bytes) -> Iterator[int]:
             yield start
 
 
-ANY_EXCEPTION = re.compile(rb"(?:[A-Za-z_]\w{0,60}\.){0,8}[A-Za-z_]\w{0,60}(?:: \S|:?\s*$)")
+ANY_EXCEPTION = regex.compile(rb"(?:[A-Za-z_]\w{0,60}\.){0,8}[A-Za-z_]\w{0,60}(?:: \S|:?\s*$)")
 """The line that ends a traceback names its exception, whatever the name
 (``torch._dynamo.exc.Unsupported: ...``, ``StopIteration``)."""
 

@@ -23,15 +23,16 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Span, Status, StatusCode, Tracer
 
 from ascend_doctor.agent.telemetry.incident_traces import ns
+from ascend_doctor.core import regex
 from ascend_doctor.core.events import ProcessEvent
 
 MAX_READ = 1 << 20  # bytes of start-up output read for the phases (it is ~10 KB)
-_STAMP = re.compile(
+_STAMP = regex.compile(
     rb"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:\.\d+)? "
 )
-_WEIGHTS = re.compile(rb"Loading weights took ([0-9.]+) seconds")
-_WEIGHTS_GB = re.compile(rb"Loading model weights took ([0-9.]+) GB")
-_API = re.compile(rb"Starting vLLM (?:API )?server")
+_WEIGHTS = regex.compile(rb"Loading weights took ([0-9.]+) seconds")
+_WEIGHTS_GB = regex.compile(rb"Loading model weights took ([0-9.]+) GB")
+_API = regex.compile(rb"Starting vLLM (?:API )?server")
 
 
 @dataclass

@@ -11,7 +11,6 @@ same for every analyzer while the page's sections differ. ``findings`` joins the
 
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
 import tempfile
@@ -19,12 +18,13 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 from ascend_doctor.collectors.profiling.model import AdvisorFinding
+from ascend_doctor.core import regex
 
 EXECUTABLE = "msprof-analyze"
 PRIORITY_COLOURS = {"#b5495b": "high", "#fcaf17": "medium", "#65c294": "low"}
 TIMEOUT_S = 300.0
 """The advisor parses every timeline event in Python: minutes on a large capture."""
-_COLOUR = re.compile(r"background-color:\s*(#[0-9a-fA-F]{6})")
+_COLOUR = regex.compile(r"background-color:\s*(#[0-9a-fA-F]{6})")
 
 
 class _Headers(HTMLParser):

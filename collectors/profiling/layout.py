@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ascend_doctor.collectors.profiling.parse import parse_profiler_info
+from ascend_doctor.core import regex
 from ascend_doctor.core.errors import CaptureError
 
 MAX_DEPTH = 4
@@ -39,10 +39,10 @@ TORCH_KINDS = {
     "trace_view.json": "trace",
 }
 MSPROF_KINDS = (
-    (re.compile(r"^msprof_(?:slice_\d+_)?\d+\.json$"), "trace"),
-    (re.compile(r"^op_summary_(?:slice_\d+_)?\d+\.csv$"), "kernel_details"),
-    (re.compile(r"^op_statistic_(?:slice_\d+_)?\d+\.csv$"), "op_statistic"),
-    (re.compile(r"^communication_statistic_(?:slice_\d+_)?\d+\.csv$"), "comm_statistic"),
+    (regex.compile(r"^msprof_(?:slice_\d+_)?\d+\.json$"), "trace"),
+    (regex.compile(r"^op_summary_(?:slice_\d+_)?\d+\.csv$"), "kernel_details"),
+    (regex.compile(r"^op_statistic_(?:slice_\d+_)?\d+\.csv$"), "op_statistic"),
+    (regex.compile(r"^communication_statistic_(?:slice_\d+_)?\d+\.csv$"), "comm_statistic"),
 )
 
 

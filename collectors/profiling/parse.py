@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ascend_doctor.collectors.profiling.model import CollectiveTime, OperatorTime, StepSplit
+from ascend_doctor.core import regex
 from ascend_doctor.core.errors import CaptureError
 
 COMPUTING = "Computing"
@@ -220,7 +221,7 @@ class TraceFacts:
         )
 
 
-_NPU_LABEL = re.compile(r"^NPU(?: (\d+))?$")
+_NPU_LABEL = regex.compile(r"^NPU(?: (\d+))?$")
 
 
 def _events(text: str) -> list[dict[str, Any]]:
