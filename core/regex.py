@@ -23,6 +23,7 @@ import os
 import re
 import sys
 import threading
+from collections.abc import Iterable
 from typing import Any, overload
 
 from ascend_doctor.core import cache
@@ -165,4 +166,24 @@ def compile(pattern: str | bytes, flags: int | re.RegexFlag = 0) -> re.Pattern[A
     return compiled
 
 
-__all__ = ["compile"]
+def learn(patterns: Iterable[str | bytes]) -> None:
+    """Add the opcodes of those ``patterns`` (no flags) the table lacks, compiling nothing
+    else: what a process learns for the patterns its forked workers compile."""
+    global _added
+    if _sre is None:
+        return
+    with _lock:
+        table = _load()
+        missing = [p for p in patterns if (p, 0) not in table]
+    for p in missing:
+        try:
+            made = _entry(p, 0)
+        except Exception:  # a bad pattern is reported where it is compiled
+            continue
+        with _lock:
+            if len(table) < _MAX_ENTRIES:
+                table[(p, 0)] = made
+                _added += 1
+
+
+__all__ = ["compile", "learn"]

@@ -172,6 +172,9 @@ def _check_patterns(rules: Any, *, safety: bool = True) -> None:
     rules = list(rules)
     key = cache.key_of("patterns-4", sys.version, str(safety), *(_texts(r) for r in rules))
     if cache.read(_CHECKED, key) is not None:
+        # the rules compile when first used, maybe in a forked worker that keeps nothing:
+        # the opcodes of any the table lacks are learnt here (once: the table keeps them)
+        regex.learn(r.pattern.encode("utf-8") for r in rules)
         return
     for rule in rules:
         try:

@@ -147,3 +147,11 @@ def test_a_forked_child_does_not_write_the_table(fresh: Path) -> None:
     assert not list(fresh.rglob("*.bin"))
     regex._save()
     assert len(list(fresh.rglob("*.bin"))) == 1
+
+
+def test_learn_adds_what_the_table_lacks_and_nothing_twice(fresh: Path) -> None:
+    regex.compile(rb"known (\d+)")
+    regex.learn([rb"known (\d+)", rb"new (\w+)", rb"(unclosed"])
+    table = regex._load()
+    assert (rb"new (\w+)", 0) in table and (rb"(unclosed", 0) not in table
+    assert regex._added == 2
