@@ -16,12 +16,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ascend_doctor.core import regex
 from ascend_doctor.core.errors import RuleError
 from ascend_doctor.core.events import Category, PlannedAction, Role, Severity
-from ascend_doctor.rules.yamlload import load_yaml
+from ascend_doctor.rules.yamlload import YamlError, load_yaml
 
 KINDS = ("acl", "runtime_reason", "cann", "hccl", "device_fault", "dcmi")
 """The kinds of catalogue; a file's ``kind`` names one."""
@@ -162,7 +160,7 @@ def _builtin() -> Catalogues:
 def _load_file(path: Path, cats: Catalogues, problems: list[str]) -> None:
     try:
         doc = load_yaml(path)
-    except (OSError, yaml.YAMLError) as exc:
+    except (OSError, YamlError) as exc:
         problems.append(f"{path}: cannot load catalogue: {exc}")
         return
     kind = doc.get("kind") if isinstance(doc, dict) else None

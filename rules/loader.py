@@ -10,13 +10,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ascend_doctor.core import cache, regex
 from ascend_doctor.core.errors import ConfigError, RuleError
 from ascend_doctor.core.events import Category, PlannedAction, Role, Severity
 from ascend_doctor.rules.safety import pattern_problems
-from ascend_doctor.rules.yamlload import load_yaml
+from ascend_doctor.rules.yamlload import YamlError, load_yaml
 
 SOURCES = ("server", "plog", "device", "slog", "host")
 """Log streams a text rule may read."""
@@ -211,7 +209,7 @@ def _load_file(
 ) -> None:
     try:
         doc = load_yaml(path)
-    except (OSError, yaml.YAMLError) as exc:
+    except (OSError, YamlError) as exc:
         raise RuleError(f"{path}: cannot load rules: {exc}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("rules", []), list):
         raise RuleError(f"{path}: expected a mapping with a 'rules' list")

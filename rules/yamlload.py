@@ -9,54 +9,93 @@ error carries (the same words as before libyaml was used).
 
 from __future__ import annotations
 
+import importlib.util
 import marshal
+import os
 import sys
+from functools import cache as _once
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ascend_doctor.core import cache
 
-_CLoader: type[Any] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _NAMESPACE = "yaml"
 _KEEP = 64
 """Parsed files kept: the shipped packs and catalogues of a few releases, site packs."""
 
 
-def _with_lines(loader: Any, node: yaml.MappingNode) -> dict[str, Any]:
-    mapping: dict[str, Any] = dict(loader.construct_mapping(node, deep=True))
-    mapping["__line__"] = node.start_mark.line + 1
-    return mapping
+class YamlError(ValueError):
+    """A file PyYAML cannot parse; the message is PyYAML's (``file``, line, column, what)."""
 
 
-class LineLoader(_CLoader):  # type: ignore[misc]
-    """The safe loader (libyaml's when available); each mapping gets ``__line__``."""
+@_once
+def _installed() -> str:
+    """Which PyYAML is installed, read from its files without importing it (a command that
+    finds every file in the cache never imports PyYAML: a tenth of its start-up): its
+    ``__init__.py``'s and its compiled libyaml binding's sizes and times."""
+    spec = importlib.util.find_spec("yaml")
+    folder = list(spec.submodule_search_locations or ()) if spec is not None else []
+    parts = []
+    for d in folder:
+        try:
+            names = sorted(os.listdir(d))
+        except OSError:
+            continue
+        for name in names:
+            if name == "__init__.py" or (
+                name.startswith("_yaml") and name.endswith((".so", ".pyd"))
+            ):
+                try:
+                    st = os.stat(os.path.join(d, name))
+                except OSError:
+                    continue
+                parts.append(f"{d}/{name}:{st.st_size}:{st.st_mtime_ns}")
+    return "|".join(parts)
 
 
-class PyLineLoader(yaml.SafeLoader):
-    """The pure-Python safe loader, for its error messages; each mapping gets ``__line__``."""
+@_once
+def _loaders() -> tuple[Any, Any, Any]:
+    """(yaml, LineLoader, PyLineLoader), made when a file is first parsed."""
+    import yaml
 
+    c_loader: type[Any] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-for _loader in (LineLoader, PyLineLoader):
-    _loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _with_lines)
+    def with_lines(loader: Any, node: yaml.MappingNode) -> dict[str, Any]:
+        mapping: dict[str, Any] = dict(loader.construct_mapping(node, deep=True))
+        mapping["__line__"] = node.start_mark.line + 1
+        return mapping
+
+    class LineLoader(c_loader):  # type: ignore[misc]
+        """The safe loader (libyaml's when available); each mapping gets ``__line__``."""
+
+    class PyLineLoader(yaml.SafeLoader):
+        """The pure-Python safe loader, for its error messages; each mapping gets
+        ``__line__``."""
+
+    for loader in (LineLoader, PyLineLoader):
+        loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, with_lines)
+    return yaml, LineLoader, PyLineLoader
 
 
 def load_yaml(path: Path) -> Any:
-    """The document in ``path``. Raises OSError, UnicodeDecodeError or ``yaml.YAMLError``."""
+    """The document in ``path``. Raises OSError, UnicodeDecodeError or :class:`YamlError`."""
     raw = path.read_bytes()
     text = raw.decode("utf-8")
-    key = cache.key_of("yaml-lines-1", sys.version, yaml.__version__, _CLoader.__name__, raw)
+    key = cache.key_of("yaml-lines-2", sys.version, _installed(), raw)
     blob = cache.read(_NAMESPACE, key)
     if blob is not None:
         try:
             return marshal.loads(blob)
         except (EOFError, ValueError, TypeError):
             pass  # not ours after all: parsed below
+    yaml, line_loader, py_line_loader = _loaders()
     try:
-        doc = yaml.load(text, Loader=LineLoader)
-    except yaml.YAMLError:
-        return yaml.load(text, Loader=PyLineLoader)  # raises with the familiar message
+        try:
+            doc = yaml.load(text, Loader=line_loader)
+        except yaml.YAMLError:
+            doc = yaml.load(text, Loader=py_line_loader)  # raises with the familiar message
+    except yaml.YAMLError as exc:
+        raise YamlError(str(exc)) from exc
     try:
         blob = marshal.dumps(doc)
     except ValueError:
@@ -65,4 +104,4 @@ def load_yaml(path: Path) -> Any:
     return doc
 
 
-__all__ = ["LineLoader", "PyLineLoader", "load_yaml"]
+__all__ = ["YamlError", "load_yaml"]

@@ -19,7 +19,7 @@ from ascend_doctor.core.events import LogChunk
 from ascend_doctor.rules import Engine, load_rules
 from ascend_doctor.rules.catalogue import builtin_catalogue_dir
 from ascend_doctor.rules.loader import builtin_pack_dir
-from ascend_doctor.rules.yamlload import PyLineLoader, load_yaml
+from ascend_doctor.rules.yamlload import _loaders, load_yaml
 
 SHIPPED = sorted(builtin_pack_dir().glob("*.yaml")) + sorted(builtin_catalogue_dir().glob("*.yaml"))
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "incidents" / "oom-engine-dead.log"
@@ -36,7 +36,7 @@ def test_libyaml_reads_every_shipped_file_as_the_python_parser_does(cache_dir: P
     if not hasattr(yaml, "CSafeLoader"):
         pytest.skip("PyYAML without libyaml")
     for path in SHIPPED:
-        expected = yaml.load(path.read_text(encoding="utf-8"), Loader=PyLineLoader)
+        expected = yaml.load(path.read_text(encoding="utf-8"), Loader=_loaders()[2])
         assert load_yaml(path) == expected, path.name  # parsed by libyaml, then cached
         assert load_yaml(path) == expected, path.name  # read back from the cache
     assert len(list((cache_dir / "yaml").glob("*.bin"))) == len(SHIPPED)
@@ -157,3 +157,32 @@ def test_light_commands_load_no_heavy_library(argv: list[str], tmp_path: Path) -
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == []
+
+
+def test_packs_read_from_the_cache_do_not_import_pyyaml(cache_dir: Path, tmp_path: Path) -> None:
+    """A scan whose packs and catalogues are all in the cache never imports PyYAML (a tenth
+    of its start-up); the first one, which parses them, does."""
+    log = tmp_path / "empty.log"
+    log.write_bytes(b"")
+    code = (
+        "import sys\n"
+        "from ascend_doctor.cli.main import main\n"
+        "try:\n"
+        f"    main(['rules', 'scan', '--json', {str(log)!r}])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print('yaml' in sys.modules)\n"
+    )
+    env = {**os.environ, cache.ENV: str(cache_dir)}
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+            env=env,
+        ).stdout.split()[-1]
+        for _ in range(2)
+    ]
+    assert runs == ["True", "False"]
