@@ -186,3 +186,33 @@ def test_packs_read_from_the_cache_do_not_import_pyyaml(cache_dir: Path, tmp_pat
         for _ in range(2)
     ]
     assert runs == ["True", "False"]
+
+
+def test_shipped_catalogues_from_the_cache_equal_the_built_ones(cache_dir: Path) -> None:
+    from ascend_doctor.rules import catalogue
+
+    built, problems = catalogue.check_catalogues()
+    assert not problems
+    for _ in range(2):  # built and stored, then read back
+        catalogue._builtin.cache_clear()
+        got = catalogue._builtin()
+        assert got.by_kind == built.by_kind
+        assert len(got) == len(built) > 1000
+    assert len(list((cache_dir / "catalogues").glob("*.bin"))) == 1
+    entry = got.get("acl", "507035")
+    assert entry is not None and entry.category is built.get("acl", "507035").category  # type: ignore[union-attr]
+    for f in (cache_dir / "catalogues").glob("*.bin"):  # a payload of another shape: rebuilt
+        f.write_bytes(f.read_bytes()[:40] + b"\0" * 50)
+    catalogue._builtin.cache_clear()
+    assert catalogue._builtin().by_kind == built.by_kind
+    catalogue._builtin.cache_clear()
+
+
+def test_a_catalogue_cache_entry_of_another_shape_is_a_miss(cache_dir: Path) -> None:
+    import marshal
+
+    from ascend_doctor.rules import catalogue
+
+    for rows in ([("acl", ("x",), 0)], [("acl", ("acl", "1", "no_such_category"), 0)], {"a": 1}):
+        cache.write("catalogues", "k", marshal.dumps(rows))
+        assert catalogue._cached("k") is None
