@@ -187,6 +187,7 @@ def error_units(
     traceback_at = -1
     request_at = -1
     traceback_lines = 0
+    logged_request = False
     covered_to = -1
     found = list(_candidate_starts(data) if candidates is None else candidates)
     # a traceback ends at its exception line even when the exception's name is no keyword
@@ -220,7 +221,19 @@ def error_units(
             continue
         if TRACEBACK.match(msg):
             if traceback_at < 0:
-                traceback_at, traceback_lines = start, 0
+                traceback_at, traceback_lines, logged_request = start, 0, False
+                prev = units[-1] if units else None
+                if (
+                    prev is not None
+                    and prev.request
+                    and not prev.severe
+                    and prev.last == data.rfind(b"\n", 0, start - 1) + 1
+                ):
+                    # logger.exception: a request-serving module's ERROR line, then its
+                    # traceback (headers on the traceback's lines or not): one record, of
+                    # one failed request
+                    units.pop()
+                    traceback_at, logged_request = prev.first, True
             continue
         if p.level in ("ERROR", "CRITICAL") and REQUEST_LOGGERS.search(p.logger):
             request_at = traceback_at if traceback_at >= 0 else start
@@ -231,7 +244,9 @@ def error_units(
         # an exception line may come indented (a chained exception group, a posted quote)
         is_exception = EXCEPTION.match(msg.lstrip(b" \t|")) is not None or start in late
         if is_exception and traceback_at >= 0:
-            request = request_at == traceback_at and REQUEST_LOGGERS.search(p.logger) is not None
+            request = logged_request or (
+                request_at == traceback_at and REQUEST_LOGGERS.search(p.logger) is not None
+            )
             units.append(Unit(traceback_at, start, start, True, request))
             traceback_at = -1
             continue

@@ -234,3 +234,41 @@ def test_sentences_that_announce_an_error_are_unrecognised(line: str) -> None:
 def test_an_error_line_that_says_it_is_harmless_is_no_finding() -> None:
     line = "ERROR 05-01 10:00:00 [x.py:1] Failed to read the cpu topology; this can be ignored.\n"
     assert scan(line) == []
+
+
+_SERVING = "(APIServer pid=1234) ERROR 12-05 10:00:00 [serving_completion.py:140] "
+_TOO_LONG = (
+    "ValueError: This model's maximum context length is 8192 tokens. However, you requested"
+    " 9000 tokens (8990 in the messages, 10 in the completion). Please reduce the length of"
+    " the messages or completion."
+)
+_FRAMES = [
+    "Traceback (most recent call last):",
+    '  File "/vllm/entrypoints/openai/serving_completion.py", line 128, in create_completion',
+    "    raise ValueError(",
+]
+
+
+@pytest.mark.parametrize("headed", [True, False], ids=["vllm-format", "bare-traceback"])
+def test_a_request_modules_logged_exception_is_one_request_failure(headed: bool) -> None:
+    """vLLM's serving modules report a bad request with ``logger.exception("Error in
+    preprocessing prompt inputs")`` (vllm/entrypoints/openai/serving_completion.py): the
+    ERROR line and then its traceback, one record. vLLM's NewLineFormatter puts the header on
+    every line; other formatters, and many posted logs, do not. Either way it is one failed
+    request (info), never a server error."""
+    body = [*_FRAMES, _TOO_LONG]
+    lines = [_SERVING + "Error in preprocessing prompt inputs"]
+    lines += [(_SERVING + b) if headed else "(APIServer pid=1234) " + b for b in body]
+    found = scan("\n".join(lines) + "\n")
+    assert [(f.category, f.severity) for f in found] == [(Category.UNRECOGNISED, Severity.INFO)]
+    assert found[0].captures["message"].startswith("ValueError: This model's maximum context")
+
+
+def test_a_traceback_after_another_modules_error_line_is_still_an_error() -> None:
+    lines = [
+        "(EngineCore_DP0 pid=77) ERROR 12-05 10:00:00 [core.py:700] EngineCore failed to start.",
+        *("(EngineCore_DP0 pid=77) " + b for b in _FRAMES),
+        "(EngineCore_DP0 pid=77) ValueError: some unknown failure of the engine",
+    ]
+    found = scan("\n".join(lines) + "\n")
+    assert Severity.ERROR in {f.severity for f in found}
