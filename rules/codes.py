@@ -11,7 +11,8 @@ One scan of a chunk finds every code, whatever form prints it:
 - CANN error-message codes: ``EL0004: ...``, ``EE9999[PID: ...]``,
   ``Memory_Allocation_Failure(EL0004)``;
 - HCCL results: ``HCCL function error: <call>, error code is 11``, ``hcclRet -> 19``,
-  ``errNo[0x0000000005010009]``;
+  ``errNo[0x0000000005010009]``, ``HCCL error in: <file>:<line>, error code is 9``,
+  ``HCCL error, error code is 12``, HCCL Test's ``retcode: 11``;
 - NPU device fault codes: ``Error Code : 80E01801``, ``event_id=0x80e18005``, ``fault code 0x...``;
 - dcmi returns: ``ret is -8005``, ``ret=-8020``;
 - ACL and HCCL codes by name: ``returned ACL_ERROR_RT_AICORE_TIMEOUT``, ``HCCL_E_TIMEOUT``.
@@ -35,9 +36,17 @@ _ACL = (
 _REASON = rb"reason=\[?(?P<reason>[a-zA-Z][\w :+/-]{2,60}?)(?:\]|\[FUNC|$|\.\s|\.$)"
 _ERRTEXT = rb"\[Error\]: (?P<errtext>[A-Z][^\n\[]{4,160}?\.)\s*(?:$|\[|\n)"
 _CANN = rb"(?<![\w.])(?P<cann>E[0-9A-Z]\d{4})(?=[:\[)\]]|\s|$|\.(?!\d))"
+# torch_npu's older HCCL checks print the HcclResult too (Ascend/pytorch
+# v5.0.rc2.alpha002-pytorch1.11.0 torch_npu/csrc/distributed/HCCLUtils.hpp HCCL_CHECK_ERROR:
+# "HCCL error in: FILE:LINE.\n HCCL error, error code is N. [error]: ..."; the same check
+# quoted on one line, "HCCL error in: FILE:LINE, error code is N"), HCCLUtils.cpp
+# checkForHcclError "Failed to get HCCL error code: N" (9e73e70), and HCCL Test's HCCLCHECK
+# "hccl interface return err FILE:LINE, retcode: N" (CANN tools/hccl_test)
 _HCCL = (
     rb"(?:HCCL function error: [^\n]{0,200}?, error code is |OPS function error: Hccl\w{1,40}, "
-    rb"error code is |hcclRet -> |fail(?:ed)?[^\n]{0,80}?\bret\[)(?P<hccl>\d{1,2})(?!\d)"
+    rb"error code is |HCCL error, error code is |HCCL error in: [^\n]{0,200}?, error code is "
+    rb"|Failed to get HCCL error code: |hccl interface return err[^\n]{0,300}?, retcode: "
+    rb"|hcclRet -> |fail(?:ed)?[^\n]{0,80}?\bret\[)(?P<hccl>\d{1,2})(?!\d)"
 )
 # HCCL's plog prints its result as errNo[0x%016llx]: the module id (5) in bits 24-31, the
 # submodule (HCCL 0, HCOM 1) in bits 16-23 and the HcclResult in the low bits
@@ -66,6 +75,7 @@ CODE_PATTERN = regex.compile(
 CODE_KEYS = (
     r"error code|error_code|errorCode|ErrCode|result ?=|ret(?:Code)? ?[:=]|error no is|return:"
     r"|failed:|errno\[|errNo\[|reason=|\[Error\]: |HCCL function error|OPS function error|hcclRet"
+    r"|retcode: "
     r"|ret\[|[Ee]vent[ _]?[Ii][Dd]|[Ee]rror [Cc]ode|[Ff]ault[ _]?[Cc]ode|ret is"
     r"|E[0-9A-Z][0-9]{4}|ACL_ERROR_|HCCL_E_"
 )
