@@ -35,8 +35,9 @@ _KEEP = 4
 _VERSION = "sre-code-2"
 _CODE = "I"
 _CODE_SIZE = array.array(_CODE).itemsize
-_MAX_ENTRIES = 4096
-"""A table never holds more patterns than this (patterns are ours: a few hundred)."""
+_MAX_ENTRIES = 1024
+"""A table never holds more patterns than this: the doctor compiles about 300 and site rules
+add theirs; a table that is full learns no more (each process reads the whole table)."""
 
 _Entry = tuple[int, bytes, int, dict[str, int], tuple[str | None, ...]]
 """flags, the opcodes (``array("I")`` bytes: turned into the list ``_sre`` takes only when
