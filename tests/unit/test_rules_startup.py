@@ -78,20 +78,29 @@ def test_a_bad_pack_names_file_and_line_with_libyaml_too(cache_dir: Path, tmp_pa
         load_rules([site])
 
 
+def _engine() -> Engine:
+    """An engine built from the cache as a new process builds it (the shipped catalogues
+    are otherwise read once per process)."""
+    from ascend_doctor.rules import catalogue
+
+    catalogue._builtin.cache_clear()
+    return Engine(load_rules(), clock=lambda: 0.0)
+
+
 def test_corrupt_truncated_or_foreign_cache_files_are_rebuilt(cache_dir: Path) -> None:
     chunk = LogChunk("x.log", "server", 0, FIXTURE.read_bytes(), first_line=1)
-    expected = Engine(load_rules(), clock=lambda: 0.0).scan(chunk)
+    expected = _engine().scan(chunk)
     files = sorted(cache_dir.rglob("*.bin"))
     kinds = {p.parent.name for p in files}
-    assert kinds == {"yaml", "hyperscan", "patterns"} or not _has_hyperscan()
+    assert kinds == {"yaml", "hyperscan", "patterns", "catalogues"} or not _has_hyperscan()
     for n, path in enumerate(files):
         data = path.read_bytes()
         # a flipped payload byte, a cut file, someone else's file
         path.write_bytes(
             [data[:-1] + bytes([data[-1] ^ 0xFF]), data[: len(data) // 2], b"x"][n % 3]
         )
-    assert Engine(load_rules(), clock=lambda: 0.0).scan(chunk) == expected
-    assert Engine(load_rules(), clock=lambda: 0.0).scan(chunk) == expected  # rewritten
+    assert _engine().scan(chunk) == expected
+    assert _engine().scan(chunk) == expected  # rewritten
 
 
 def test_an_unwritable_cache_is_no_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
