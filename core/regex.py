@@ -135,42 +135,64 @@ def _entry(pattern: str | bytes, flags: int) -> _Entry:
     )
 
 
+def _remember(key: tuple[str | bytes, int], made: _Entry) -> None:
+    """Keep ``made`` in the table (the caller holds ``_lock``) unless it is full."""
+    global _added
+    assert _table is not None
+    if _room(key):
+        _table[key] = made
+        _added += 1
+
+
+def _room(key: tuple[str | bytes, int]) -> bool:
+    """The table may learn ``key``: a full one learns nothing, so nothing is parsed for it."""
+    assert _table is not None
+    return key in _table or len(_table) < _MAX_ENTRIES
+
+
 @overload
 def compile(pattern: str, flags: int | re.RegexFlag = 0) -> re.Pattern[str]: ...
 @overload
 def compile(pattern: bytes, flags: int | re.RegexFlag = 0) -> re.Pattern[bytes]: ...
 def compile(pattern: str | bytes, flags: int | re.RegexFlag = 0) -> re.Pattern[Any]:
-    """``re.compile(pattern, flags)``, from the table when this Python compiled it before."""
-    global _added
+    """``re.compile(pattern, flags)``, from the table when this Python compiled it before.
+    A pattern the table lacks is parsed once: its opcodes are learnt and compiled."""
     flags = int(flags)
     if _sre is None or flags & re.DEBUG:
         return re.compile(pattern, flags)
+    key = (pattern, flags)
     with _lock:
-        table = _load()
-        entry = table.get((pattern, flags))
+        entry = _load().get(key)
+        room = _room(key)
     if entry is not None:
         try:
-            flags_, code, groups, groupindex, indexgroup = entry
-            ops = array.array(_CODE, code).tolist()
-            return _sre.compile(pattern, flags_, ops, groups, groupindex, indexgroup)  # type: ignore[no-any-return]
+            return _compiled(pattern, entry)
         except (RuntimeError, TypeError, ValueError, OverflowError, IndexError):
             log.debug("regex cache: entry for %r rejected; compiled again", pattern)
-    compiled = re.compile(pattern, flags)  # raises re.error for a bad pattern, as always
+    if not room:
+        return re.compile(pattern, flags)
     try:
-        made = _entry(pattern, flags)
-    except Exception:  # internals of another Python: just not cached
-        return compiled
+        made = _entry(pattern, flags)  # raises re.error for a bad pattern, as re.compile
+        compiled = _compiled(pattern, made)
+    except re.error:
+        raise
+    except Exception:  # internals of another Python: compiled as always, not learnt
+        return re.compile(pattern, flags)
     with _lock:
-        if len(table) < _MAX_ENTRIES:
-            table[(pattern, flags)] = made
-            _added += 1
+        _remember(key, made)
     return compiled
+
+
+def _compiled(pattern: str | bytes, entry: _Entry) -> re.Pattern[Any]:
+    """The pattern object ``_sre`` makes of ``entry`` (it validates the opcodes)."""
+    flags, code, groups, groupindex, indexgroup = entry
+    ops = array.array(_CODE, code).tolist()
+    return _sre.compile(pattern, flags, ops, groups, groupindex, indexgroup)  # type: ignore[no-any-return]
 
 
 def learn(patterns: Iterable[str | bytes]) -> None:
     """Add the opcodes of those ``patterns`` (no flags) the table lacks, compiling nothing
     else: what a process learns for the patterns its forked workers compile."""
-    global _added
     if _sre is None:
         return
     with _lock:
@@ -182,9 +204,7 @@ def learn(patterns: Iterable[str | bytes]) -> None:
         except Exception:  # a bad pattern is reported where it is compiled
             continue
         with _lock:
-            if len(table) < _MAX_ENTRIES:
-                table[(p, 0)] = made
-                _added += 1
+            _remember((p, 0), made)
 
 
 __all__ = ["compile", "learn"]
