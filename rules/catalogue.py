@@ -191,16 +191,22 @@ _STEP_SETS: tuple[Steps, ...] = (
 _FIELDS = tuple(f.name for f in fields(Entry) if f.name != "remediation")
 
 
+def _plain(value: Any) -> Any:
+    """A field as marshal holds it: an enum member as its value."""
+    if isinstance(value, Severity):
+        return int(value)
+    return value.value if isinstance(value, Category | Role) else value
+
+
 def _store(key: str, cats: Catalogues) -> None:
     index = {id(steps): i for i, steps in enumerate(_STEP_SETS)}
     rows = []
-    for kind, table in cats.by_kind.items():
+    for table in cats.by_kind.values():
         for e in table.values():
             if id(e.remediation) not in index:
                 return  # a remediation of another shape: built each time
-            values = tuple(getattr(e, n) for n in _FIELDS)
-            plain = tuple(v.value if isinstance(v, Category | Role) else v for v in values)
-            rows.append((kind, (*plain[:3], int(e.severity), *plain[4:]), index[id(e.remediation)]))
+            values = tuple(_plain(getattr(e, n)) for n in _FIELDS)
+            rows.append((values, index[id(e.remediation)]))
     try:
         blob = marshal.dumps(rows)
     except ValueError:
@@ -224,7 +230,7 @@ def _cached(key: str) -> Catalogues | None:
     was = gc.isenabled()
     gc.disable()  # 1,661 objects that live as long as the process: no collection meanwhile
     try:
-        for kind, values, steps in marshal.loads(blob):
+        for values, steps in marshal.loads(blob):
             entry = new(Entry)
             row = entry.__dict__
             row.update(zip(names, values, strict=True))
@@ -233,7 +239,7 @@ def _cached(key: str) -> Catalogues | None:
             row["role"] = roles[row["role"]]
             row["sources"] = tuple(row["sources"])
             row["remediation"] = _STEP_SETS[steps]
-            cats.by_kind.setdefault(kind, {})[entry.code] = entry
+            cats.by_kind.setdefault(entry.kind, {})[entry.code] = entry
     except (ValueError, TypeError, KeyError, IndexError, EOFError):
         return None
     finally:

@@ -222,6 +222,8 @@ def test_a_catalogue_cache_entry_of_another_shape_is_a_miss(cache_dir: Path) -> 
 
     from ascend_doctor.rules import catalogue
 
-    for rows in ([("acl", ("x",), 0)], [("acl", ("acl", "1", "no_such_category"), 0)], {"a": 1}):
+    n = len(catalogue._FIELDS)
+    unknown = ("acl", "1", "no_such_category", 50, "root", *[""] * (n - 5))
+    for rows in ([(("x",), 0)], [(unknown, 0)], [(unknown[:-1], 0)], {"a": 1}):
         cache.write("catalogues", "k", marshal.dumps(rows))
         assert catalogue._cached("k") is None
