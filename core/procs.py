@@ -11,6 +11,9 @@ from collections.abc import Iterable
 
 _boot: float | None = None
 
+START_TOLERANCE = 1.5
+"""Seconds two readings of one process's start time may differ by (``same_process``)."""
+
 
 def _stat(pid: int) -> tuple[bytes, float] | None:
     """(state letter, start time in epoch seconds) of ``pid`` from ``/proc/<pid>/stat``,
@@ -86,9 +89,17 @@ def process_start(pid: int | None) -> float | None:
 
 
 def same_process(pid: int | None, start: float) -> bool:
-    """Whether ``pid`` is still the process that started at ``start`` (and is alive)."""
+    """Whether ``pid`` is still the process that started at ``start`` (and is alive).
+
+    A start time is the boot time plus the start in clock ticks, and each process reads the
+    boot time once from ``/proc/stat``, where the kernel prints it in whole seconds computed
+    from the wall clock: two processes (or psutil and this module in one process) may see it
+    a second apart after the clock is slewed. So the same process may differ by up to about a
+    second; a stranger with the same pid started within that window of a process that has
+    since exited needs the pid space to wrap within it. A larger clock step makes the answer
+    "not the same" (never stop, never trust it as live), the safe side."""
     began = process_start(pid)
-    return began is not None and abs(began - start) < 0.05 and pid_alive(pid)
+    return began is not None and abs(began - start) < START_TOLERANCE and pid_alive(pid)
 
 
 async def stop_leftover(pid: int | None, start: float, grace: float) -> bool:

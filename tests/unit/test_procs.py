@@ -65,3 +65,21 @@ def test_without_proc_psutil_answers(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(procs, "_stat", unreadable)
     assert procs.process_start(os.getpid()) == pytest.approx(psutil.Process().create_time())
     assert procs.pid_alive(os.getpid())
+
+
+def test_the_same_process_survives_a_boot_time_read_a_second_apart(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # /proc/stat prints btime in whole seconds from the wall clock: after a slew another
+    # process (the one that recorded the start) may have read it one second off
+    recorded = procs.process_start(os.getpid())
+    assert recorded is not None
+    boot = procs._boot
+    assert boot is not None
+    for shift in (-1.0, 1.0):
+        monkeypatch.setattr(procs, "_boot", boot + shift)
+        assert procs.same_process(os.getpid(), recorded)
+    # a start further away than the tolerance is another process
+    monkeypatch.setattr(procs, "_boot", boot)
+    assert not procs.same_process(os.getpid(), recorded + procs.START_TOLERANCE + 0.5)
+    assert not procs.same_process(os.getpid(), recorded - procs.START_TOLERANCE - 0.5)
