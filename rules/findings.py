@@ -126,7 +126,7 @@ def unexplained(
         (first, end) for f, first, end in merged if f.category is not Category.ENGINE_DEAD
     )
     starts = [first for first, _ in covered]
-    units = error_units(data, chunk.source, candidates, forced, parsed)
+    units = error_units(data, chunk.source, candidates, forced, parsed, chunk.offset == 0)
     out = []
     for i, unit in enumerate(units):
         if unit.key_line in quiet or unit.first in quiet:

@@ -52,7 +52,7 @@ UNIT_KEYS = (
     r"|double free|free\(\)|malloc\(\)|corrupted (?:size|double)|segfault|general protection"
     r"|BUG: |Kernel panic|blocked for more|lockup|LOCKUP|ardware [Ee]rror|Machine check"
     r"|Bus Error|I/O error|EXT4-fs error|AER: Uncorrected|\[(?:error|fatal|critical)\]"
-    r"|\[FUNC:\w"
+    r"|\[FUNC:\w|failed|FAILED|undefined reference"
 )
 """Words of a line that may be an error line; scanned with the rules in one pass. Only a
 prefilter: ``error_units`` parses each line it proposes. glog's header (``E1210 03:24:54.7``,
@@ -74,6 +74,22 @@ IGNORABLE = regex.compile(
 libraries log expected conditions at ERROR level and say so."""
 
 
+FALLBACK = regex.compile(
+    rb"(?i:fall(?:ing)? ?back|(?:will |to )?(?:use|using) [^\n]{1,80}? instead"
+    rb"|will (?:retry|try again)|retrying|skipp(?:ing|ed)\b|ignor(?:ing|ed)\b|disabl(?:ing|ed)\b)"
+)
+"""A failure the program recovers from by itself, saying so on the same line ("Failed to
+import X, falling back to Y", "... failed, using the default instead", "retrying"): a notice,
+not an error, when nothing but its wording says it failed."""
+
+
+def _harmless(msg: bytes) -> bool:
+    """The line says it can be ignored, or that the program goes on another way."""
+    if _may_ignore(msg) and IGNORABLE.search(msg, 0, 2000):
+        return True
+    return FALLBACK.search(msg, 0, 2000) is not None
+
+
 def _may_ignore(msg: bytes) -> bool:
     """False when ``IGNORABLE`` cannot match ``msg``: its first 2000 bytes hold none of the
     words every one of its phrases has (case-insensitive, ASCII, as the pattern). The phrase
@@ -91,6 +107,50 @@ def _may_fail(msg: bytes) -> bool:
         or b"rrorcode" in msg
         or (b"errno[" in msg)
     )
+
+
+STATED_ERROR = regex.compile(
+    # "Failed to import torch_npu.", containerd's "failed to register layer: ...", CANN's
+    # "FAILED to ..."
+    rb"(?:[Ff]ailed|FAILED) to [a-z]\w{1,40}\b"
+    # a native call reporting its own failure: "Aicore kernel execute failed, device_id=2",
+    # "GELib::InnerInitialize failed.", "OpCompileProcessor init failed!"
+    rb"|[^\n]{0,200}?\b(?:execute|execution|init|initiali[sz]e|initiali[sz]ation|load|launch"
+    rb"|open|register|create|allocate|alloc|malloc|connect|bind|build|compile|parse) failed"
+    rb"(?:[,.!:]|\s|$)"
+    # a compiler's or linker's diagnostic: "kernel_macros.h:24:10: fatal error: 'cstdint' file
+    # not found", "foo.cpp:(.text+0x1c): undefined reference to `aclrtGetVersion'"
+    rb"|[\w./+-]{1,200}:\d{1,7}(?::\d{1,7})?: (?:fatal )?error: \S"
+    rb"|(?:[^\n]{0,200}?: )?undefined reference to `"
+    # a level tag inside the text of an unleveled line (a script's "..[ERROR] the socversion")
+    rb"|[^\n]{0,40}?\[(?:ERROR|FATAL|CRITICAL)\] \S"
+    # a CANN error code that starts a sentence without its colon ("E19999 The opp version of")
+    rb"|E[0-9A-Z]\d{4} [A-Z][a-z]"
+)
+"""A line with no logging header that states a failure in one of the forms programs print
+one: an error whatever its header says (none), when no rule knows it."""
+CONTINUED_ERROR = regex.compile(
+    rb"(?!(?:raise|return|assert|await|yield|self|super|def|if|elif|else|for|while|with|import"
+    rb"|from|File|try|except|finally|lambda|print)\b)"
+    rb"(?!\S{0,120}\()(?![\w.\[\]'\"]{1,120} ?[-+*/]?= )"
+    rb"(?:[A-Z][a-z]{1,40}[ ,:.;!]|\[[A-Za-z]|[A-Z]\w{1,60}::\w"
+    rb"|[^\n]{0,400}?(?:failed|rror|\[FUNC:))"
+)
+"""The text of an error on an indented ERROR line: a sentence (``The argument is invalid.``,
+``Possible Cause: ...``), a bracketed CANN tag, a C++ name, or a line that says ``failed`` or
+``error``; not a line of Python source that a logged traceback quotes (``super().__init__(``,
+``raise RuntimeError(...)``, ``x = f(y)``)."""
+
+
+def _isolated(data: bytes, start: int, parsed: dict[int, Parsed], file_start: bool) -> bool:
+    """Whether the line at ``start`` follows no ERROR or CRITICAL line: an indented ERROR line
+    after another continues it (the next line of a logged traceback or CANN message); one
+    after none is an error of its own. The first line of a chunk is isolated only when the
+    chunk starts its file (a chunk read later may continue what the one before held)."""
+    if start == 0:
+        return file_start
+    prev = data.rfind(b"\n", 0, start - 1) + 1
+    return _parsed(data, prev, parsed)[1].level not in ("ERROR", "CRITICAL")
 
 
 _WHAT = regex.compile(rb".{0,200}?what\(\): ")
@@ -175,11 +235,13 @@ def error_units(
     candidates: Iterable[int] | None = None,
     forced: frozenset[int] = frozenset(),
     parsed: dict[int, Parsed] | None = None,
+    file_start: bool = True,
 ) -> list[Unit]:
     """Every error unit of a chunk of ``source``, in file order. ``candidates`` are the
     starts of the lines ``UNIT_KEYS`` matched, in order (found here when not given);
     ``forced`` are lines holding a catalogued error code, errors whatever their header;
-    ``parsed``: lines of the chunk parsed already, by their start (filled in here)."""
+    ``parsed``: lines of the chunk parsed already, by their start (filled in here);
+    ``file_start``: the chunk starts its file (see ``_isolated``)."""
     if parsed is None:
         parsed = {}
     python = source in PYTHON_SOURCES
@@ -274,12 +336,30 @@ def error_units(
             ERROR_WORD.match(msg)
             or (_may_fail(msg) and FAILED_CALL.match(msg))
             or (b"[FUNC:" in msg and CANN_TRACE.match(msg))
+            or (
+                traceback_at < 0
+                and not CONTINUATION.match(msg)
+                and STATED_ERROR.match(msg)
+                and not _harmless(msg)
+            )
         ):
             units.append(Unit(start, start, start, False))
             continue
         if p.level in ("ERROR", "CRITICAL") and not CONTINUATION.match(msg):
             if _may_ignore(msg) and IGNORABLE.search(msg, 0, 2000):
                 continue  # an ERROR line that says itself it is harmless
+            units.append(
+                Unit(start, start, start, False, REQUEST_LOGGERS.search(p.logger) is not None)
+            )
+        elif (
+            p.level in ("ERROR", "CRITICAL")
+            and traceback_at < 0
+            and CONTINUED_ERROR.match(msg.lstrip())
+            and _isolated(data, start, parsed, file_start)
+            and not _harmless(msg)
+        ):
+            # an indented ERROR line that continues nothing: the one line of a logged message
+            # that a log cut, or a quote of it
             units.append(
                 Unit(start, start, start, False, REQUEST_LOGGERS.search(p.logger) is not None)
             )

@@ -1,0 +1,137 @@
+"""Nothing stays invisible (issue 14): an error no rule knows is still an ``unrecognised``
+finding when its line has no logging header but states a failure as programs print one, and
+when it is an indented ERROR line that continues nothing (a posted log cut to that line).
+A logged traceback's own lines stay part of it. The lines are the development corpus's
+(tests/corpus/dev/failures.jsonl, the ids and issues named), scanned with no rule loaded so
+that only the unrecognised pass can see them."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from ascend_doctor.core.events import Category, LogChunk, Severity
+from ascend_doctor.rules import Engine, load_rules
+from ascend_doctor.rules.unrecognised import error_units
+
+NO_RULES = dataclasses.replace(load_rules(), text=())
+
+
+def unknown(text: str, offset: int = 0) -> list[str]:
+    engine = Engine(NO_RULES, clock=lambda: 0.0, matcher="re")
+    chunk = LogChunk("x.log", "server", offset, text.encode(), first_line=1)
+    return [
+        f.captures["message"]
+        for f in engine.scan(chunk)
+        if f.category == Category.UNRECOGNISED and f.severity >= Severity.WARNING
+    ]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Failed to import torch_npu.",  # d-0024, vllm-ascend #166
+        "Failed to parse config file: /path/to/acl.json",  # d-0601, hicann/runtime FAQ
+        # d-0067, vllm-ascend #2976
+        "Aicore kernel execute failed, device_id=2, stream_id=2, report_stream_id=2, "
+        "task_id=42014, flip_num=6, fault kernel_name=reshape_and_cache_200000000,",
+        "kernel_macros.h:24:10: fatal error: 'cstdint' file not found",  # d-0183, vllm-ascend #3135
+        "undefined reference to `aclrtGetVersion'",  # d-0602, hicann/runtime FAQ
+        # d-0311, vllm-ascend's docs (FAQ)
+        "failed to register layer: ApplyLayer exit status 1 stdout: stderr: archive/tar: "
+        "invalid tar header",
+        # d-0178, vllm-ascend #2725 (cut after its first sentence)
+        "..[ERROR] the socversion Ascend910B1 of bin package does not match the current "
+        "device socverison Ascend310P3.",
+        # d-0323, hicann/ge's user guide (cut before its versions)
+        "E19999 The opp version of the model does not match the current opp run package",
+    ],
+)
+def test_a_stated_failure_without_a_header_is_seen(line: str) -> None:
+    assert unknown(line + "\n") == [line]
+
+
+ISOLATED = [
+    # d-0033, vllm-ascend #2396
+    "(VllmWorker rank=0 pid=1273) ERROR 08-28 07:44:50 [multiproc_executor.py:492]         "
+    "The argument is invalid.Reason: rtGetDevMsg execute failed, reason=[context pointer null]",
+    # d-0098, vllm-ascend #3479
+    "(EngineCore_DP0 pid=3132) ERROR 10-15 16:32:16 [core.py:708]         Possible Cause: "
+    "Available memory is insufficient.",
+    # d-0193, vllm-ascend #302
+    "ERROR 03-11 14:48:04 engine.py:387]        GELib::InnerInitialize failed.[FUNC:Initialize]"
+    "[FILE:gelib.cc][LINE:177]",
+]
+
+
+@pytest.mark.parametrize("line", ISOLATED)
+def test_an_indented_error_line_that_continues_nothing_is_seen(line: str) -> None:
+    info = "(APIServer pid=1) INFO 08-28 07:44:50 [api_server.py:1] vLLM API server version 0.11\n"
+    assert len(unknown(line + "\n")) == 1
+    assert len(unknown(info + line + "\n")) == 1
+
+
+@pytest.mark.parametrize("line", ISOLATED)
+def test_an_indented_error_line_after_an_error_line_continues_it(line: str) -> None:
+    head = line[: line.index("]") + 2]
+    text = head + "RuntimeError: something failed\n" + line + "\n"
+    assert [u.first for u in error_units(text.encode())] == [0]
+
+
+def test_a_chunk_read_later_may_continue_the_one_before() -> None:
+    # the daemon reads a growing file in pieces: the first line of a later piece may be the
+    # tail of a block the piece before held, so it is no error of its own
+    assert unknown(ISOLATED[0] + "\n", offset=4096) == []
+    assert len(unknown(ISOLATED[0] + "\n", offset=0)) == 1
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # b-0083 (vllm-ascend #754): a line of Python source a logged traceback quotes; the
+        # others are lines of the same traceback shape (vLLM v1 core.py, in its ERROR header)
+        "ERROR 05-19 02:31:42 [core.py:396]     super().__init__(vllm_config, executor_class, "
+        "log_stats,",
+        'ERROR 05-19 02:31:42 [core.py:396]     raise RuntimeError("Engine core initialization '
+        'failed. "',
+        "ERROR 05-19 02:31:42 [core.py:396]     engine_core = EngineCoreProc(*args, **kwargs)",
+        'ERROR 05-19 02:31:42 [core.py:396]   File "/vllm/v1/engine/core.py", line 390, in run',
+        "ERROR 05-19 02:31:42 [core.py:396]     ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^",
+    ],
+)
+def test_quoted_python_source_is_no_error(line: str) -> None:
+    assert unknown(line + "\n") == []
+
+
+def test_a_traceback_source_line_that_says_failed_stays_in_its_traceback() -> None:
+    # tests/fixtures/incidents/kv-cache-startup.log: the API server's traceback, raw
+    text = (
+        "(APIServer pid=728) Traceback (most recent call last):\n"
+        '(APIServer pid=728)   File "/vllm/v1/engine/utils.py", line 878, in '
+        "wait_for_engine_startup\n"
+        '(APIServer pid=728)     raise RuntimeError("Engine core initialization failed. "\n'
+        "(APIServer pid=728) RuntimeError: Engine core initialization failed. See root cause "
+        "above. Failed core proc(s): {'EngineCore_DP0': 1}\n"
+    )
+    found = unknown(text)
+    assert len(found) == 1 and found[0].startswith("RuntimeError: Engine core")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # the packs' fallback traps (rules/packs/*.yaml no_match examples) as a log without
+        # their logging header shows them
+        "Failed to import optional kernels with ImportError('/x/libfoo.so: undefined symbol: "
+        "aclnnFoo'); falling back to the reference implementation",
+        "Failed to send data to tcp://10.0.0.2:30001 after 1 retries, retrying",
+        "RFork transfer failed: Transfer failed to: 10.0.0.2:25389, clean up and fall back to "
+        "default loader",
+        # an indented ERROR line that says itself it is harmless
+        "(EngineCore_DP0 pid=7) ERROR 01-02 03:04:05 [core.py:702]     This error can be safely "
+        "ignored.",
+    ],
+)
+def test_a_failure_the_program_recovers_from_is_no_error(line: str) -> None:
+    assert unknown(line + "\n") == []
