@@ -83,11 +83,16 @@ import X, falling back to Y", "... failed, using the default instead", "retrying
 not an error, when nothing but its wording says it failed."""
 
 
+_FALLBACK_WORDS = (b"fall", b"instead", b"retr", b"try again", b"skipp", b"ignor", b"disabl")
+"""Words every ``FALLBACK`` phrase holds (lower case): a line with none is searched no more."""
+
+
 def _harmless(msg: bytes) -> bool:
     """The line says it can be ignored, or that the program goes on another way."""
-    if _may_ignore(msg) and IGNORABLE.search(msg, 0, 2000):
-        return True
-    return FALLBACK.search(msg, 0, 2000) is not None
+    low = msg[:2000].lower()
+    if not any(word in low for word in _FALLBACK_WORDS) and b"harmless" not in low:
+        return b"not affect" in low and IGNORABLE.search(msg, 0, 2000) is not None
+    return IGNORABLE.search(msg, 0, 2000) is not None or FALLBACK.search(msg, 0, 2000) is not None
 
 
 def _may_ignore(msg: bytes) -> bool:
@@ -142,6 +147,11 @@ CONTINUED_ERROR = regex.compile(
 ``raise RuntimeError(...)``, ``x = f(y)``)."""
 
 
+_ERRORISH = regex.compile(rb"ERROR|CRITICAL|FATAL|error|fatal|\[[EF][\d ]|[EF]\d{4,8} \d")
+"""Every way a header names an error level (``rules/parse.py``: words, glog's and c10's
+``E``/``F`` letters, ``level=error``): a line without any is of no error level."""
+
+
 def _isolated(data: bytes, start: int, parsed: dict[int, Parsed], file_start: bool) -> bool:
     """Whether the line at ``start`` follows no ERROR or CRITICAL line: an indented ERROR line
     after another continues it (the next line of a logged traceback or CANN message); one
@@ -150,6 +160,8 @@ def _isolated(data: bytes, start: int, parsed: dict[int, Parsed], file_start: bo
     if start == 0:
         return file_start
     prev = data.rfind(b"\n", 0, start - 1) + 1
+    if _ERRORISH.search(data, prev, start) is None:
+        return True  # nothing a header of an error level is written with: not parsed
     return _parsed(data, prev, parsed)[1].level not in ("ERROR", "CRITICAL")
 
 
