@@ -7,8 +7,9 @@ classifier over the tokens of an error (lower-cased words, exception names and t
 CANN code prefixes; rules/infer.py), trained on the rule packs' ``examples: match`` lines
 (each labelled with its rule's category) and an ``unrecognised`` class: the text of every
 error unit that the whole engine reports as ``unrecognised`` among the packs' ``no_match``
-examples (what the packs alone hold, so a doctor could train it from whatever rules it
-loads; ``--dev-negatives`` adds the development corpus's ``unrecognised`` and benign lines).
+examples (what the packs alone hold: the doctor trains it so from whatever rules it loads,
+rules/infer.py; ``--dev-negatives`` adds the development corpus's ``unrecognised`` and
+benign lines).
 
 For each text rule R: the classifier is trained without R's examples, and an engine without R
 scans R's ``match`` examples and the development failure lines of R's category that R
@@ -67,8 +68,7 @@ from corpus import KIND_PATH, load_entries
 from ascend_doctor.collectors.logs import read_chunks, source_kind
 from ascend_doctor.core.events import Category, Severity
 from ascend_doctor.rules import Engine, RuleSet, load_rules
-from ascend_doctor.rules.infer import Model, tokens, train_docs, unit_text
-from ascend_doctor.rules.loader import Rule
+from ascend_doctor.rules.infer import ALPHA, Model, kind_of, tokens, train_docs, unit_text
 from ascend_doctor.rules.unrecognised import error_units
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -105,14 +105,9 @@ def unrec_texts(engine: Engine, text: str, kind: str) -> tuple[list[str], set[st
     return texts, known
 
 
-def kind_of(rule: Rule) -> str:
-    """The stream a rule's examples are read as: the server's when it reads it."""
-    return "server" if "server" in rule.sources else rule.sources[0]
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--alpha", type=float, default=0.5, help="Laplace smoothing")
+    ap.add_argument("--alpha", type=float, default=ALPHA, help="Laplace smoothing")
     ap.add_argument(
         "--dev-negatives",
         action="store_true",
@@ -126,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     benign = load_entries(DEV / "benign.jsonl", "", failures=False)
 
     def engine(ruleset: RuleSet = rules) -> Engine:
-        return Engine(ruleset, clock=lambda: 0.0, matcher="re")
+        return Engine(ruleset, clock=lambda: 0.0, matcher="re", infer=False)
 
     full = engine()
     # negatives: unrecognised units of truly unrecognised text, with where they came from

@@ -3,23 +3,45 @@
 A multinomial naive Bayes classifier over the tokens of an error unit (lower-cased words,
 the parts of a CamelCase or snake_case name, CANN error-code prefixes such as ``EI`` or
 ``EJ``), trained on the loaded rules' own ``examples: match`` lines, each labelled with its
-rule's category, and an ``unrecognised`` class. Pure: no I/O. ``bench/infer_cv.py``
-measures it by leave-one-rule-out cross-validation on the development data.
+rule's category, and an ``unrecognised`` class: the error units that the rules' ``no_match``
+examples become when the engine reports them as unrecognised. When its posterior passes
+``THRESHOLD`` an unrecognised finding carries the likely category, marked inferred: rule
+``inferred:<category>``, role symptom, no remediation, its summary naming the tokens it was
+inferred from. It ranks after every rule-based cause and before plain unrecognised errors
+(``diagnose``), and the doctor files it as an unrecognised incident (never remediated, never
+paged as the category it names).
+
+``THRESHOLD`` and ``ALPHA`` were chosen by leave-one-rule-out cross-validation on the
+development data only (``bench/infer_cv.py``, whose docstring holds the table). The model is
+built once per rule set and kept in the cache (:mod:`core.cache`); nothing of it is made
+until the first unrecognised error of a run.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import marshal
 import math
+import sys
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
-from ascend_doctor.core import regex
-from ascend_doctor.rules.loader import Rule
+from ascend_doctor.core import cache, regex
+from ascend_doctor.core.events import Category, Finding
+from ascend_doctor.rules.loader import Rule, RuleSet
 from ascend_doctor.rules.parse import parse
 from ascend_doctor.rules.unrecognised import Unit
 
 UNRECOGNISED = "unrecognised"
+PREFIX = "inferred:"
+"""The rule of an inferred finding is this prefix and the category it names (rules/ranking.py
+knows it as ``INFERRED``: the engine's import does not load the ranking)."""
+THRESHOLD = 0.98
+"""Posterior a guess needs to be kept (bench/infer_cv.py: max right - 2 x wrong)."""
+ALPHA = 0.5
+"""Laplace smoothing of the token counts."""
 
 _WORD = regex.compile(r"[A-Za-z][A-Za-z0-9]*")
 _CAMEL = regex.compile(r"[A-Z]{2,}(?=[A-Z][a-z]|\d|$)|[A-Z]?[a-z]+|[A-Z]+|\d+")
@@ -129,5 +151,161 @@ class Model:
         )[:4]
         return Guess(self.classes[best], weights[best] / sum(weights), tuple(why))
 
+    def dump(self) -> bytes:
+        """The model as the cache holds it."""
+        vocab = sorted(self.logp)
+        return marshal.dumps((self.classes, vocab, [self.logp[t] for t in vocab], self.unseen))
 
-__all__ = ["UNRECOGNISED", "Guess", "Model", "tokens", "train_docs", "unit_text"]
+    @classmethod
+    def load(cls, blob: bytes) -> Model | None:
+        """A model from :meth:`dump`'s bytes, or None when they are not one."""
+        try:
+            classes, vocab, rows, unseen = marshal.loads(blob)
+            model = cls(tuple(classes), dict(zip(vocab, rows, strict=True)), tuple(unseen))
+        except (ValueError, TypeError, EOFError):
+            return None
+        n = len(model.classes)
+        if len(model.unseen) != n or any(len(r) != n for r in model.logp.values()):
+            return None
+        if any(c != UNRECOGNISED and c not in _CATEGORIES for c in model.classes):
+            return None
+        return model
+
+
+_CATEGORIES = frozenset(c.value for c in Category)
+
+
+def kind_of(rule: Rule) -> str:
+    """The stream a rule's examples are read as: the server's when it reads it."""
+    return "server" if "server" in rule.sources else rule.sources[0]
+
+
+Negatives = Callable[[], list[str]]
+"""The unit texts of the unrecognised class (the engine scans the ``no_match`` examples)."""
+
+_NAMESPACE = "infer"
+_MEMO: dict[int, tuple[RuleSet, Model]] = {}
+_CODE = ("infer.py", "engine.py", "findings.py", "unrecognised.py", "parse.py", "blocks.py")
+
+
+def model_for(rules: RuleSet, negatives: Negatives) -> Model:
+    """The model of ``rules``: once per process and rule set, from the cache when it holds
+    it. The key names every rule's id, category, sources, pattern and examples, the code
+    that reads a unit and the catalogue files (a code may explain a ``no_match`` line)."""
+    memo = _MEMO.get(id(rules))
+    if memo is not None and memo[0] is rules:
+        return memo[1]
+    key = None
+    try:
+        here = Path(__file__).parent
+        files = [here / name for name in _CODE]
+        files += sorted((here / "catalogues").glob("*.yaml"))
+        files += sorted(p for d in rules.catalogue_dirs for p in d.glob("*.yaml"))
+        key = cache.key_of(
+            "infer-1",
+            sys.version,
+            str(ALPHA),
+            *(part for p in files for part in (p.name, p.read_bytes())),
+            *(
+                "\0".join(
+                    (
+                        r.id,
+                        r.category.value,
+                        ",".join(r.sources),
+                        r.pattern,
+                        *r.examples["match"],
+                        "\1",
+                        *r.examples.get("no_match", ()),
+                    )
+                )
+                for r in rules.text
+            ),
+        )
+    except OSError:
+        pass
+    model = None
+    if key is not None and (blob := cache.read(_NAMESPACE, key)) is not None:
+        model = Model.load(blob)
+    if model is None:
+        docs = [(c, toks) for _, c, toks in train_docs(rules.text)]
+        docs += [(UNRECOGNISED, tokens(t)) for t in negatives()]
+        model = Model.fit(docs, alpha=ALPHA)
+        if key is not None:
+            cache.write(_NAMESPACE, key, model.dump(), keep=4)
+    if len(_MEMO) >= 8:
+        _MEMO.clear()
+    _MEMO[id(rules)] = (rules, model)
+    return model
+
+
+def is_inferred(finding: Finding) -> bool:
+    """A finding whose category the classifier inferred (no rule or code gave it)."""
+    return finding.rule.startswith(PREFIX)
+
+
+def summary_of(captures: dict[str, str]) -> str:
+    """An inferred finding's summary: the likely category, the tokens it was inferred from
+    and the error's template."""
+    return (
+        f"likely {captures['inferred']}, inferred from: {captures['inferred_from']}:"
+        f" {captures['template']}"
+    )
+
+
+EXPLAIN = (
+    "No rule or code catalogue explains this error; its words resemble the rules of the "
+    "category named, so it is probably of that family. An inference, not a diagnosis: check "
+    "it against the explanation of that family. No remediation is ever planned from it and "
+    "the doctor files it as an unrecognised error."
+)
+
+
+def infer(finding: Finding, model: Model, text: str) -> Finding:
+    """``finding`` (unrecognised) as an inferred finding of the category ``model`` gives
+    ``text`` when its posterior reaches ``THRESHOLD``; else unchanged."""
+    guess = model.predict(text)
+    if guess.category == UNRECOGNISED or guess.confidence < THRESHOLD:
+        return finding
+    captures = {
+        **finding.captures,
+        "inferred": guess.category,
+        "inferred_from": ", ".join(guess.why),
+        "confidence": f"{guess.confidence:.3f}",
+    }
+    return dataclasses.replace(
+        finding,
+        rule=PREFIX + guess.category,
+        category=Category(guess.category),
+        summary=summary_of(captures),
+        captures=captures,
+        remediation=(),
+        explain=EXPLAIN,
+    )
+
+
+def as_unrecognised(finding: Finding) -> Finding:
+    """An inferred finding as the doctor files it: of category ``unrecognised`` (never
+    remediated, paged only as an unrecognised error), its summary still naming the likely
+    family; any other finding unchanged."""
+    if not is_inferred(finding):
+        return finding
+    return dataclasses.replace(finding, category=Category.UNRECOGNISED, remediation=())
+
+
+__all__ = [
+    "ALPHA",
+    "PREFIX",
+    "THRESHOLD",
+    "UNRECOGNISED",
+    "Guess",
+    "Model",
+    "as_unrecognised",
+    "infer",
+    "is_inferred",
+    "kind_of",
+    "model_for",
+    "summary_of",
+    "tokens",
+    "train_docs",
+    "unit_text",
+]
