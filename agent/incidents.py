@@ -29,6 +29,7 @@ from ascend_doctor.core.events import (
     Role,
 )
 from ascend_doctor.core.store import Store
+from ascend_doctor.rules.infer import as_unrecognised
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +79,12 @@ class IncidentManager:
 
     def ingest(self, findings: Iterable[Finding]) -> list[int]:
         """Store findings; return ids of incidents that need a remediation decision."""
-        ordered = sorted(findings, key=lambda f: f.role != Role.ROOT)  # roots first, stable
+        # a category inferred from an error's words (rules/infer.py) is filed as what it is,
+        # an unrecognised error: never remediated, paged only as one (its summary names the
+        # likely family)
+        ordered = sorted(
+            (as_unrecognised(f) for f in findings), key=lambda f: f.role != Role.ROOT
+        )  # roots first, stable
         needs: list[int] = []
         for f in ordered:
             if f.subject == "server" and self.server != "server":

@@ -23,6 +23,7 @@ from ascend_doctor.core.errors import StoreError
 from ascend_doctor.core.events import Finding, LogChunk, ProcessEvent
 from ascend_doctor.core.store import Store
 from ascend_doctor.rules import Engine
+from ascend_doctor.rules.infer import as_unrecognised
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +100,7 @@ class LogWatch:
             for chunk in chunks:
                 findings.extend(f for f in self.engine.scan(chunk) if self._keep(f))
             if findings:
-                self._on_findings(findings)
+                self._hand_on(findings)
             self.tailer.commit()
             if self.kernel is not None:
                 self.kernel.commit()
@@ -125,7 +126,13 @@ class LogWatch:
         chunk = LogChunk(name, "host", 0, (text + "\n").encode(), file_id=file_id)
         findings = self.engine.scan(chunk)
         if findings:
-            self._on_findings(findings)
+            self._hand_on(findings)
+
+    def _hand_on(self, findings: list[Finding]) -> None:
+        """Findings to the doctor; a category inferred from an error's words (rules/infer.py)
+        is handed on as what it is, an unrecognised error (its summary names the likely
+        family): it explains no exit, opens no remediated incident, pages as no family."""
+        self._on_findings([as_unrecognised(f) for f in findings])
 
     def paths(self) -> list[str]:
         """Every file followed now."""

@@ -39,6 +39,7 @@ from ascend_doctor.core import regex
 from ascend_doctor.core.errors import CollectorError
 from ascend_doctor.core.events import Category, Finding, LogLine
 from ascend_doctor.rules import Engine, RuleSet
+from ascend_doctor.rules.infer import is_inferred
 from ascend_doctor.rules.ranking import Ranked, rank_causes
 
 SNIFF = 8192
@@ -352,10 +353,14 @@ def report(result: Diagnosis, rules: RuleSet) -> dict[str, Any]:
     for entry in causes.values():
         entry.pop("_rules", None)
     causes = _device_leads(causes)
+    # then errors no rule explains: first those whose family their words suggest
+    # (rules/infer.py), then the plain unrecognised ones
+    inferred = [h.finding for h in hits if is_inferred(h.finding)]
     unknown = [h.finding for h in hits if h.finding.category == Category.UNRECOGNISED]
-    for f in unknown:
+    for f in (*inferred, *unknown):
         if id(f) not in named:
-            entry = causes.setdefault(("unrecognised", f.summary), _cause(f, steps))
+            kind = f.rule if is_inferred(f) else "unrecognised"
+            entry = causes.setdefault((kind, f.summary), _cause(f, steps))
             entry["count"] += 1
             named.add(id(f))
     symptoms: dict[str, dict[str, Any]] = {}

@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 from ascend_doctor.core.events import Finding, LogChunk
 from ascend_doctor.rules import Engine
+from ascend_doctor.rules.infer import is_inferred, summary_of
 from ascend_doctor.rules.lines import newline_marks
 
 T = TypeVar("T")
@@ -168,7 +169,10 @@ def _scan(task: tuple[int, Piece, str, str]) -> tuple[int, list[tuple[bool, Any]
     with paused_gc():  # rendering makes no cycles either
         found = _engine.scan(chunk, marks)
         out = [
-            (True, f) if deferred and f.rule == UNRECOGNISED else (False, render(f)) for f in found
+            (True, f)
+            if deferred and (f.rule == UNRECOGNISED or is_inferred(f))
+            else (False, render(f))
+            for f in found
         ]
     return newlines, out
 
@@ -206,11 +210,13 @@ def scan_pieces(
 
 
 def _mined(engine: Engine, f: Finding, render: Callable[[Finding], T]) -> T:
-    """An unrecognised finding with its template mined in file order, rendered."""
+    """An unrecognised finding (inferred or not) with its template mined in file order,
+    rendered."""
     assert engine.templates is not None
     template, template_id = engine.templates.template(f.captures["message"])
     captures = {**f.captures, "template_id": template_id, "template": template}
-    f = dataclasses.replace(f, summary=template, captures=captures)
+    summary = summary_of(captures) if is_inferred(f) else template
+    f = dataclasses.replace(f, summary=summary, captures=captures)
     return render(f)
 
 

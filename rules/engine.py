@@ -32,11 +32,12 @@ from ascend_doctor.rules.findings import (
     kept,
     unexplained,
 )
+from ascend_doctor.rules.infer import Model, kind_of, model_for, unit_text
 from ascend_doctor.rules.lines import Lines
 from ascend_doctor.rules.loader import QUIET_WINDOW, Rule, RuleSet, ThresholdRule
 from ascend_doctor.rules.matcher import MAX_LINE, make_prefilter
 from ascend_doctor.rules.parse import Parsed, is_request_log, may_echo, parse
-from ascend_doctor.rules.unrecognised import UNIT_KEYS, Templates
+from ascend_doctor.rules.unrecognised import UNIT_KEYS, Templates, error_units
 
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
     "==": operator.eq,
@@ -117,6 +118,7 @@ class Engine:
         catalogues: Catalogues | None = None,
         unrecognised: bool = True,
         npu_smi_seen: Mapping[str, Mapping[str, Any]] | None = None,
+        infer: bool = True,
     ) -> None:
         self.rules = rules
         self.context_before = context_before
@@ -138,9 +140,13 @@ class Engine:
         self.matcher = next(iter(self._prefilters.values())).name if self._prefilters else "re"
         if catalogues is None:
             catalogues = load_catalogues(list(rules.catalogue_dirs))
+        self._catalogues = catalogues
         self._codes = CodeIndex(catalogues)
         self.templates: Templates | None = Templates() if unrecognised else None
         """Mines the templates of unrecognised errors, learning in scan order (None: off)."""
+        self.infer = infer
+        """Whether an unrecognised error may carry the category its words suggest
+        (rules/infer.py); the model is made for the first one."""
         self._firing: set[tuple[str, str]] = set()
         self._ecc = EccWatch(npu_smi_seen)
         self._since: dict[tuple[str, str], float] = {}
@@ -234,10 +240,44 @@ class Engine:
                 frozenset(coded_errors),
                 frozenset(quiet),
                 parsed,
+                self._model if self.infer else None,
             )
             findings = sorted(findings + extra, key=lambda f: f.offset)
         self.matches += len(findings)
         return findings
+
+    def _model(self) -> Model:
+        return model_for(self.rules, self._negatives)
+
+    def _negatives(self) -> list[str]:
+        """The unrecognised class of the model: what the rules' ``no_match`` examples are
+        when this engine's rules report them as unrecognised errors."""
+        plain = Engine(
+            self.rules,
+            context_before=0,
+            context_after=0,
+            clock=lambda: 0.0,
+            matcher="re",
+            catalogues=self._catalogues,
+            infer=False,
+        )
+        return [
+            text
+            for rule in self.rules.text
+            for line in rule.examples.get("no_match", ())
+            for text in plain.unit_texts(line, kind_of(rule))
+        ]
+
+    def unit_texts(self, text: str, kind: str = "server") -> list[str]:
+        """What the classifier reads of each error that stays unrecognised in ``text`` read
+        as a stream of ``kind`` (its own chunk; this engine's templates learn from it)."""
+        chunk = LogChunk("<text>", kind, 0, (text + "\n").encode("utf-8", "replace"))
+        units = {u.key_line: u for u in error_units(chunk.data, kind)}
+        return [
+            unit_text(chunk.data, units[f.offset])
+            for f in self.scan(chunk)
+            if f.rule == "unrecognised" and f.offset in units
+        ]
 
     def _finding(
         self,

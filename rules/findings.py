@@ -11,6 +11,7 @@ from collections.abc import Callable
 from ascend_doctor.core import regex
 from ascend_doctor.core.events import Category, Finding, LogChunk, LogLine, Role, Severity
 from ascend_doctor.rules.codes import CodeHit, device_of
+from ascend_doctor.rules.infer import Model, infer, unit_text
 from ascend_doctor.rules.lines import Lines
 from ascend_doctor.rules.parse import Parsed, parse
 from ascend_doctor.rules.unrecognised import Templates, Unit, error_units
@@ -114,10 +115,13 @@ def unexplained(
     forced: frozenset[int] = frozenset(),
     quiet: frozenset[int] = frozenset(),
     parsed: dict[int, Parsed] | None = None,
+    model: Callable[[], Model] | None = None,
 ) -> list[Finding]:
     """An ``unrecognised`` finding for every error unit no finding of ``merged`` explains
     (``quiet`` lines are expected where they are: no unit holding one is reported;
-    ``parsed``: lines parsed already, by their start)."""
+    ``parsed``: lines parsed already, by their start); with ``model`` (made when first
+    needed), a server error whose words place it in a family with confidence carries that
+    category, marked inferred (rules/infer.py); one request's failure is never inferred."""
     data = chunk.data
     # an engine's death is a consequence: it explains the line it is on, never an unknown
     # error next to it (the worker's exception before "EngineCore encountered a fatal error")
@@ -154,7 +158,10 @@ def unexplained(
             continue  # inside a block a finding already holds
         if not unit.severe and j > 0 and covered[j - 1][1] >= before_lines(data, unit.first, 3):
             continue  # a wrapper line right after an explained error ("ERR00100 ...")
-        out.append(unit_finding(chunk, unit, templates, clock, after_n, lines))
+        finding = unit_finding(chunk, unit, templates, clock, after_n, lines)
+        if model is not None and not unit.request:  # one request's failure names no family
+            finding = infer(finding, model(), unit_text(data, unit))
+        out.append(finding)
     return out
 
 

@@ -43,6 +43,8 @@ TIER: dict[Category, int] = {
     Category.UNRECOGNISED: 7,
 }
 _DEFAULT_TIER = 5
+INFERRED = "inferred:"
+"""The rule prefix of a finding whose category was inferred (rules/infer.py ``PREFIX``)."""
 
 
 @dataclass(frozen=True)
@@ -58,7 +60,11 @@ class Ranked:
 
 
 def tier(finding: Finding) -> int:
-    """How far up the chain a finding's category sits (0: first)."""
+    """How far up the chain a finding's category sits (0: first). A category inferred from
+    an error's words (rules/infer.py) sits where unrecognised errors do: it never names a
+    cause, and ``diagnose`` lists it after every cause and before plain unrecognised errors."""
+    if finding.rule.startswith(INFERRED):
+        return TIER[Category.UNRECOGNISED]
     return TIER.get(finding.category, _DEFAULT_TIER)
 
 

@@ -1,0 +1,311 @@
+"""The likely family of an error no rule explains, inferred from its words (issue 14).
+
+A multinomial naive Bayes classifier over the tokens of an error unit (lower-cased words,
+the parts of a CamelCase or snake_case name, CANN error-code prefixes such as ``EI`` or
+``EJ``), trained on the loaded rules' own ``examples: match`` lines, each labelled with its
+rule's category, and an ``unrecognised`` class: the error units that the rules' ``no_match``
+examples become when the engine reports them as unrecognised. When its posterior passes
+``THRESHOLD`` an unrecognised finding carries the likely category, marked inferred: rule
+``inferred:<category>``, role symptom, no remediation, its summary naming the tokens it was
+inferred from. It ranks after every rule-based cause and before plain unrecognised errors
+(``diagnose``), and the doctor files it as an unrecognised incident (never remediated, never
+paged as the category it names).
+
+``THRESHOLD`` and ``ALPHA`` were chosen by leave-one-rule-out cross-validation on the
+development data only (``bench/infer_cv.py``, whose docstring holds the table). The model is
+built once per rule set and kept in the cache (:mod:`core.cache`); nothing of it is made
+until the first unrecognised error of a run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import marshal
+import math
+import sys
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ascend_doctor.core import cache, regex
+from ascend_doctor.core.events import Category, Finding
+from ascend_doctor.rules.loader import Rule, RuleSet
+from ascend_doctor.rules.parse import parse
+from ascend_doctor.rules.unrecognised import Unit
+
+UNRECOGNISED = "unrecognised"
+PREFIX = "inferred:"
+"""The rule of an inferred finding is this prefix and the category it names (rules/ranking.py
+knows it as ``INFERRED``: the engine's import does not load the ranking)."""
+THRESHOLD = 0.98
+"""Posterior a guess needs to be kept (bench/infer_cv.py: max right - 2 x wrong)."""
+ALPHA = 0.5
+"""Laplace smoothing of the token counts."""
+
+_WORD = regex.compile(r"[A-Za-z][A-Za-z0-9]*")
+_CAMEL = regex.compile(r"[A-Z]{2,}(?=[A-Z][a-z]|\d|$)|[A-Z]?[a-z]+|[A-Z]+|\d+")
+_CANN = regex.compile(r"\b(E[0-9A-Z])(\d{4})\b")
+_HEX = frozenset("0123456789abcdef")
+MAX_TEXT = 2000
+"""Characters of a unit's text the classifier reads."""
+
+
+def tokens(text: str) -> frozenset[str]:
+    """The features of ``text``: each line's message (its logging header left out), as
+    lower-case words and the parts of compound names, and CANN code prefixes."""
+    out: set[str] = set()
+    for line in text[:MAX_TEXT].split("\n"):
+        raw = line.encode("utf-8", "replace")
+        msg = raw[parse(raw).message :].decode("utf-8", "replace")
+        for m in _CANN.finditer(msg):
+            out.add("code:" + m.group(1))
+        for m in _WORD.finditer(msg):
+            word = m.group(0)
+            low = word.lower()
+            if len(low) >= 2 and not (len(low) >= 6 and set(low) <= _HEX):
+                out.add(low)
+            if low != word and not word.isupper():
+                for part in _CAMEL.findall(word):
+                    if len(part) >= 2 and not part.isdigit():
+                        out.add(part.lower())
+    return frozenset(out)
+
+
+def unit_text(data: bytes, unit: Unit) -> str:
+    """What the classifier reads of an error unit: a traceback's exception line, or every
+    line of a CANN block or a lone error line, as text."""
+    first = unit.key_line if unit.last == unit.key_line else unit.first
+    end = data.find(b"\n", unit.last)
+    raw = data[first : end if end >= 0 else len(data)][: MAX_TEXT * 2]
+    return raw.decode("utf-8", "replace")
+
+
+def train_docs(rules: Iterable[Rule]) -> list[tuple[str, str, frozenset[str]]]:
+    """(rule id, category, tokens) of every ``match`` example of every text rule."""
+    return [
+        (r.id, r.category.value, tokens(line))
+        for r in rules
+        for line in r.examples.get("match", ())
+    ]
+
+
+@dataclass(frozen=True)
+class Guess:
+    """What the classifier says of one text."""
+
+    category: str
+    """The most likely class (``unrecognised`` included)."""
+    confidence: float
+    """Its posterior probability."""
+    why: tuple[str, ...]
+    """The tokens that weigh most for it against the runner-up."""
+
+
+@dataclass(frozen=True)
+class Model:
+    """Log-probabilities of each token per class (uniform class prior)."""
+
+    classes: tuple[str, ...]
+    logp: dict[str, tuple[float, ...]]
+    """token -> log P(token | class), per class in ``classes`` order."""
+    unseen: tuple[float, ...]
+    """log P of a token of the vocabulary never seen in a class."""
+
+    @classmethod
+    def fit(cls, docs: Iterable[tuple[str, frozenset[str]]], alpha: float = 0.5) -> Model:
+        """Train on (class, tokens) documents."""
+        counts: dict[str, Counter[str]] = {}
+        for label, toks in docs:
+            counts.setdefault(label, Counter()).update(toks)
+        classes = tuple(sorted(counts))
+        vocab = sorted(set().union(*counts.values())) if counts else []
+        v = len(vocab)
+        totals = [sum(counts[c].values()) + alpha * v for c in classes]
+        logp = {
+            t: tuple(math.log((counts[c][t] + alpha) / totals[i]) for i, c in enumerate(classes))
+            for t in vocab
+        }
+        unseen = tuple(math.log(alpha / total) for total in totals)
+        return cls(classes, logp, unseen)
+
+    def predict(self, text: str | frozenset[str]) -> Guess:
+        """The most likely class of ``text`` (or its tokens) and its posterior."""
+        toks = tokens(text) if isinstance(text, str) else text
+        known = [t for t in toks if t in self.logp]
+        if not known or not self.classes:
+            return Guess(UNRECOGNISED, 0.0, ())
+        scores = [0.0] * len(self.classes)
+        for t in known:
+            for i, lp in enumerate(self.logp[t]):
+                scores[i] += lp
+        top = max(scores)
+        weights = [math.exp(s - top) for s in scores]
+        best = max(range(len(scores)), key=scores.__getitem__)
+        second = max(
+            (i for i in range(len(scores)) if i != best), key=scores.__getitem__, default=best
+        )
+        why = sorted(
+            (t for t in known if self.logp[t][best] > self.logp[t][second]),
+            key=lambda t: (self.logp[t][second] - self.logp[t][best], t),
+        )[:4]
+        return Guess(self.classes[best], weights[best] / sum(weights), tuple(why))
+
+    def dump(self) -> bytes:
+        """The model as the cache holds it."""
+        vocab = sorted(self.logp)
+        return marshal.dumps((self.classes, vocab, [self.logp[t] for t in vocab], self.unseen))
+
+    @classmethod
+    def load(cls, blob: bytes) -> Model | None:
+        """A model from :meth:`dump`'s bytes, or None when they are not one."""
+        try:
+            classes, vocab, rows, unseen = marshal.loads(blob)
+            model = cls(tuple(classes), dict(zip(vocab, rows, strict=True)), tuple(unseen))
+        except (ValueError, TypeError, EOFError):
+            return None
+        n = len(model.classes)
+        if len(model.unseen) != n or any(len(r) != n for r in model.logp.values()):
+            return None
+        if any(c != UNRECOGNISED and c not in _CATEGORIES for c in model.classes):
+            return None
+        return model
+
+
+_CATEGORIES = frozenset(c.value for c in Category)
+
+
+def kind_of(rule: Rule) -> str:
+    """The stream a rule's examples are read as: the server's when it reads it."""
+    return "server" if "server" in rule.sources else rule.sources[0]
+
+
+Negatives = Callable[[], list[str]]
+"""The unit texts of the unrecognised class (the engine scans the ``no_match`` examples)."""
+
+_NAMESPACE = "infer"
+_MEMO: dict[int, tuple[RuleSet, Model]] = {}
+_CODE = ("infer.py", "engine.py", "findings.py", "unrecognised.py", "parse.py", "blocks.py")
+
+
+def model_for(rules: RuleSet, negatives: Negatives) -> Model:
+    """The model of ``rules``: once per process and rule set, from the cache when it holds
+    it. The key names every rule's id, category, sources, pattern and examples, the code
+    that reads a unit and the catalogue files (a code may explain a ``no_match`` line)."""
+    memo = _MEMO.get(id(rules))
+    if memo is not None and memo[0] is rules:
+        return memo[1]
+    key = None
+    try:
+        here = Path(__file__).parent
+        files = [here / name for name in _CODE]
+        files += sorted((here / "catalogues").glob("*.yaml"))
+        files += sorted(p for d in rules.catalogue_dirs for p in d.glob("*.yaml"))
+        key = cache.key_of(
+            "infer-1",
+            sys.version,
+            str(ALPHA),
+            *(part for p in files for part in (p.name, p.read_bytes())),
+            *(
+                "\0".join(
+                    (
+                        r.id,
+                        r.category.value,
+                        ",".join(r.sources),
+                        r.pattern,
+                        *r.examples["match"],
+                        "\1",
+                        *r.examples.get("no_match", ()),
+                    )
+                )
+                for r in rules.text
+            ),
+        )
+    except OSError:
+        pass
+    model = None
+    if key is not None and (blob := cache.read(_NAMESPACE, key)) is not None:
+        model = Model.load(blob)
+    if model is None:
+        docs = [(c, toks) for _, c, toks in train_docs(rules.text)]
+        docs += [(UNRECOGNISED, tokens(t)) for t in negatives()]
+        model = Model.fit(docs, alpha=ALPHA)
+        if key is not None:
+            cache.write(_NAMESPACE, key, model.dump(), keep=4)
+    if len(_MEMO) >= 8:
+        _MEMO.clear()
+    _MEMO[id(rules)] = (rules, model)
+    return model
+
+
+def is_inferred(finding: Finding) -> bool:
+    """A finding whose category the classifier inferred (no rule or code gave it)."""
+    return finding.rule.startswith(PREFIX)
+
+
+def summary_of(captures: dict[str, str]) -> str:
+    """An inferred finding's summary: the likely category, the tokens it was inferred from
+    and the error's template."""
+    return (
+        f"likely {captures['inferred']}, inferred from: {captures['inferred_from']}:"
+        f" {captures['template']}"
+    )
+
+
+EXPLAIN = (
+    "No rule or code catalogue explains this error; its words resemble the rules of the "
+    "category named, so it is probably of that family. An inference, not a diagnosis: check "
+    "it against the explanation of that family. No remediation is ever planned from it and "
+    "the doctor files it as an unrecognised error."
+)
+
+
+def infer(finding: Finding, model: Model, text: str) -> Finding:
+    """``finding`` (unrecognised) as an inferred finding of the category ``model`` gives
+    ``text`` when its posterior reaches ``THRESHOLD``; else unchanged."""
+    guess = model.predict(text)
+    if guess.category == UNRECOGNISED or guess.confidence < THRESHOLD:
+        return finding
+    captures = {
+        **finding.captures,
+        "inferred": guess.category,
+        "inferred_from": ", ".join(guess.why),
+        "confidence": f"{guess.confidence:.3f}",
+    }
+    return dataclasses.replace(
+        finding,
+        rule=PREFIX + guess.category,
+        category=Category(guess.category),
+        summary=summary_of(captures),
+        captures=captures,
+        remediation=(),
+        explain=EXPLAIN,
+    )
+
+
+def as_unrecognised(finding: Finding) -> Finding:
+    """An inferred finding as the doctor files it: of category ``unrecognised`` (never
+    remediated, paged only as an unrecognised error), its summary still naming the likely
+    family; any other finding unchanged."""
+    if not is_inferred(finding):
+        return finding
+    return dataclasses.replace(finding, category=Category.UNRECOGNISED, remediation=())
+
+
+__all__ = [
+    "ALPHA",
+    "PREFIX",
+    "THRESHOLD",
+    "UNRECOGNISED",
+    "Guess",
+    "Model",
+    "as_unrecognised",
+    "infer",
+    "is_inferred",
+    "kind_of",
+    "model_for",
+    "summary_of",
+    "tokens",
+    "train_docs",
+    "unit_text",
+]
