@@ -9,6 +9,10 @@ with a vLLM worker tag, with a rank prefix, with a kubelet prefix):
 
 - recall with the right category: failure entries with a finding of their category;
 - recall with any category: failure entries with any finding (``unrecognised`` included);
+- right without inference: those whose category a rule or a catalogued code gives, not only
+  the classifier of unexplained errors (rules/infer.py: a finding ``inferred:<category>``,
+  which ``rules scan`` and ``diagnose`` print as "likely <category>" and the daemon files as
+  unrecognised);
 - false alarms: benign entries with any finding;
 - recall per category;
 
@@ -78,10 +82,12 @@ def score_part(
     per_category: dict[str, Counter[str]] = {}
     for form in FORMS:
         right = [e for e in failures if e.category in hit[form][e.id].categories]
+        known = [e for e in failures if e.category in hit[form][e.id].known]
         seen = [e for e in failures if hit[form][e.id].categories]
         alarms = [e for e in benign if alarm[form][e.id].categories]
         out["forms"][form] = {
             "right": len(right),
+            "right_known": len(known),
             "any": len(seen),
             "false_alarms": len(alarms),
             "recall_right": _ratio(len(right), len(failures)),
@@ -150,12 +156,16 @@ def print_part(
         f"   {result['failures']} failure entries, {result['benign']} benign entries, "
         f"{result['incidents']} incident logs"
     )
-    print(f"   {'form':8} {'right category':>22} {'any category':>22} {'false alarms':>16}")
+    print(
+        f"   {'form':8} {'right category':>22} {'any category':>22} {'false alarms':>16}"
+        f"   right without inference"
+    )
     for form, f in result["forms"].items():
         print(
             f"   {form:8} {f['right']:5}/{result['failures']:<5} {_pct(f['recall_right'])}"
             f"   {f['any']:5}/{result['failures']:<5} {_pct(f['recall_any'])}"
             f"   {f['false_alarms']:5}/{result['benign']:<5}"
+            f"   {f['right_known']:5}/{result['failures']:<5}"
         )
     if result["categories"]:
         print(f"   {'category':24} {'n':>4}  right: " + "  ".join(f"{f:>7}" for f in FORMS))

@@ -19,6 +19,7 @@ import yaml
 
 from ascend_doctor.collectors.logs import read_chunks, source_kind
 from ascend_doctor.core.events import Category, Finding, LogChunk, Severity
+from ascend_doctor.rules.infer import PREFIX as INFERRED
 
 FORMS = ("raw", "vllm", "rank", "kubelet")
 """raw: as the line is without any posted prefix; then the three prefixes added to each line."""
@@ -94,6 +95,9 @@ class Outcome:
 
     categories: set[str] = field(default_factory=set)
     """Categories of its findings of severity warning or above (the ones that are surfaced)."""
+    known: set[str] = field(default_factory=set)
+    """Those given by a rule or a catalogued code, not inferred from the error's words
+    (rules/infer.py)."""
 
 
 def strip_prefixes(line: str) -> str:
@@ -167,6 +171,8 @@ def scan_text(text: str, kind: str, new_engine: EngineFactory) -> Outcome:
         for finding in engine.scan(chunk):
             if finding.severity >= Severity.WARNING:
                 outcome.categories.add(finding.category.value)
+                if not finding.rule.startswith(INFERRED):
+                    outcome.known.add(finding.category.value)
     return outcome
 
 
