@@ -66,3 +66,20 @@ def test_every_shipped_pattern_compiles_in_hyperscan() -> None:
         r.id: hyperscan_error(r.pattern) for r in RULES.text if hyperscan_error(r.pattern)
     } == {}
     assert HS.matcher == "hyperscan"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "MemoryError\n\n",  # hypothesis found it: re's candidate was the blank line after it
+        "x\nMemoryError\nfoo\n",  # at the start of a line that is not the chunk's first
+        "MemoryError  \n\nMemoryError: x\n",
+    ],
+)
+def test_a_line_ending_a_pattern_is_found_on_both_paths_wherever_it_is(text: str) -> None:
+    chunk = LogChunk("x.log", "server", 0, text.encode(), first_line=1)
+    found = key(HS, chunk)
+    assert found == key(RE, chunk)
+    assert sum("host-memory-allocation-failed" in str(k) for k in found) == text.count(
+        "MemoryError"
+    )
