@@ -190,21 +190,23 @@ def _compiled(pattern: str | bytes, entry: _Entry) -> re.Pattern[Any]:
     return _sre.compile(pattern, flags, ops, groups, groupindex, indexgroup)  # type: ignore[no-any-return]
 
 
-def learn(patterns: Iterable[str | bytes]) -> None:
-    """Add the opcodes of those ``patterns`` (no flags) the table lacks, compiling nothing
-    else: what a process learns for the patterns its forked workers compile."""
+def learn(patterns: Iterable[str | bytes], flags: int | re.RegexFlag = 0) -> None:
+    """Add the opcodes of those ``patterns`` (compiled with ``flags``) the table lacks,
+    compiling nothing else: what a process learns for the patterns its forked workers
+    compile."""
     if _sre is None:
         return
+    flags = int(flags)
     with _lock:
         table = _load()
-        missing = [p for p in patterns if (p, 0) not in table]
+        missing = [p for p in patterns if (p, flags) not in table]
     for p in missing:
         try:
-            made = _entry(p, 0)
+            made = _entry(p, flags)
         except Exception:  # a bad pattern is reported where it is compiled
             continue
         with _lock:
-            _remember((p, 0), made)
+            _remember((p, flags), made)
 
 
 __all__ = ["compile", "learn"]

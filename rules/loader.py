@@ -76,8 +76,13 @@ class Rule:
         """``pattern`` compiled over bytes (offsets stay exact on invalid UTF-8), when first
         used: most rules never confirm a match in a run, and compiling the packs' patterns
         was a third of a command's start-up. :func:`load_rules` checked that it compiles."""
-        return regex.compile(self.pattern.encode("utf-8"))
+        return regex.compile(self.pattern.encode("utf-8"), RULE_FLAGS)
 
+
+RULE_FLAGS = re.MULTILINE
+"""A rule's ``^`` and ``$`` are the start and end of a line, wherever the line is in a chunk
+(without it ``^`` held only at a chunk's first byte, and ``$`` only at its end on the paths
+that search a whole chunk: a rule ending in ``$`` missed every line but the last)."""
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 """What ``levels`` may name: the levels every parsed header is normalised to."""
@@ -168,11 +173,11 @@ def _check_patterns(rules: Any, *, safety: bool = True) -> None:
     passed before (the same texts, the same Python) is not checked again: the check is
     remembered in the cache (:mod:`core.cache`) and each rule compiles when first used."""
     rules = list(rules)
-    key = cache.key_of("patterns-4", sys.version, str(safety), *(_texts(r) for r in rules))
+    key = cache.key_of("patterns-5", sys.version, str(safety), *(_texts(r) for r in rules))
     if cache.read(_CHECKED, key) is not None:
         # the rules compile when first used, maybe in a forked worker that keeps nothing:
         # the opcodes of any the table lacks are learnt here (once: the table keeps them)
-        regex.learn(r.pattern.encode("utf-8") for r in rules)
+        regex.learn((r.pattern.encode("utf-8") for r in rules), RULE_FLAGS)
         return
     for rule in rules:
         try:

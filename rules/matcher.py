@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from ascend_doctor.core import regex
-from ascend_doctor.rules.loader import Rule
+from ascend_doctor.rules.loader import RULE_FLAGS, Rule
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +40,9 @@ def hyperscan_pattern(pattern: str) -> bytes:
     return _NAMED_GROUP.sub("(", pattern).encode("utf-8")
 
 
-_PREFIXES = "prefix-1"
-"""Names how :func:`prefix_pattern` cuts: part of the cache key of compiled databases."""
+_PREFIXES = "prefix-1 multiline"
+"""Names how :func:`prefix_pattern` cuts and the flags patterns compile with: part of the
+cache key of compiled databases."""
 _QUANTIFIER = regex.compile(r"(?:[*+?]|\{\d*(?:,\d*)?\})[?+]?")
 
 
@@ -107,7 +108,7 @@ def prefix_pattern(pattern: str) -> str:
             keep = n + 1
     tail = "".join(items[keep:])
     if not keep or "$" in tail or "\\Z" in tail:
-        return pattern  # hyperscan reads an end anchor at the end of the chunk, not the line
+        return pattern  # an end anchor (a line's end: RULE_FLAGS) cut off would go unchecked
     return "".join(items[:keep])
 
 
@@ -121,7 +122,12 @@ def hyperscan_error(pattern: str) -> str | None:
         return "backreferences are not supported by hyperscan"
     db = hyperscan.Database()
     try:
-        db.compile(expressions=[hyperscan_pattern(pattern)], ids=[0], elements=1, flags=[0])
+        db.compile(
+            expressions=[hyperscan_pattern(pattern)],
+            ids=[0],
+            elements=1,
+            flags=[hyperscan.HS_FLAG_MULTILINE],
+        )
     except hyperscan.error as exc:
         return str(exc)
     return None
@@ -158,7 +164,7 @@ class RePrefilter:
     def __init__(self, rules: Sequence[Rule], extras: Sequence[str] = ()) -> None:
         self.rules = list(rules)
         self._regexes = [r.regex for r in self.rules] + [
-            regex.compile(e.encode("utf-8")) for e in extras
+            regex.compile(e.encode("utf-8"), RULE_FLAGS) for e in extras
         ]
 
     def candidates(self, data: bytes) -> list[tuple[int, int]]:
@@ -169,6 +175,12 @@ class RePrefilter:
             for m in rx.finditer(data):
                 # the line where the match ends: what hyperscan reports without start-of-match
                 start = _line_start(data, max(m.start(), m.end() - 1))
+                first = _line_start(data, m.start())
+                if first != start and first != last:
+                    # a match across lines (a pattern's \s before its $) may hold one within
+                    # its first line, which hyperscan reports by that shorter match's end
+                    out.append((i, first))
+                    last = first
                 if start != last:
                     out.append((i, start))
                     last = start
@@ -246,12 +258,15 @@ def _database(patterns: list[str]) -> Any:
 
 
 def _compile(db: Any, expressions: list[str]) -> None:
+    import hyperscan
+
     encoded = [hyperscan_pattern(p) for p in expressions]
+    # ^ and $ at every line, as the rules' own regexes read them (rules/loader.py RULE_FLAGS)
     db.compile(
         expressions=encoded,
         ids=list(range(len(encoded))),
         elements=len(encoded),
-        flags=[0] * len(encoded),
+        flags=[hyperscan.HS_FLAG_MULTILINE] * len(encoded),
     )
 
 

@@ -83,3 +83,28 @@ def test_a_line_ending_a_pattern_is_found_on_both_paths_wherever_it_is(text: str
     assert sum("host-memory-allocation-failed" in str(k) for k in found) == text.count(
         "MemoryError"
     )
+
+
+PLACES = {
+    "alone": "{}\n",
+    "after a line": "(APIServer pid=1) INFO 01-01 00:00:00 [api_server.py:1] hi\n{}\nnext\n",
+    "before blank lines": "x\n{}\n\n\nz\n",
+}
+
+
+@pytest.mark.parametrize("place", sorted(PLACES))
+def test_every_match_example_is_found_wherever_its_line_is(place: str) -> None:
+    # a rule's ^ and $ are a line's start and end (rules/loader.py RULE_FLAGS): without it a
+    # pattern ending in $ found its line only at the end of a chunk, on both paths
+    missed = []
+    for rule in RULES.text:
+        source = sorted(rule.sources)[0]
+        for example in rule.examples.get("match", ()):
+            if "\n" in example:
+                continue
+            text = PLACES[place].format(example).encode()
+            for engine in (RE, HS):
+                chunk = LogChunk("x.log", source, 0, text, first_line=1)
+                if not any(f.rule == rule.id for f in engine.scan(chunk)):
+                    missed.append((rule.id, engine.matcher, example[:80]))
+    assert missed == []
