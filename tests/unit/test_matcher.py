@@ -108,3 +108,28 @@ def test_every_match_example_is_found_wherever_its_line_is(place: str) -> None:
                 if not any(f.rule == rule.id for f in engine.scan(chunk)):
                     missed.append((rule.id, engine.matcher, example[:80]))
     assert missed == []
+
+
+POSTED = [
+    "[rank0]: ",
+    "(Worker_TP0 pid=1234) ",
+    "[rank0]: (EngineCore_DP0 pid=812) ",
+    "2026-12-01T10:00:00.123456789Z stderr F ",  # kubelet / CRI
+    "vllm-1  | ",  # docker compose
+    "[pod/vllm-0/vllm] ",  # kubectl logs --prefix
+]
+
+
+def test_every_server_example_is_found_with_the_prefixes_logs_are_posted_with() -> None:
+    missed = []
+    for rule in RULES.text:
+        if "server" not in rule.sources:
+            continue
+        for example in rule.examples.get("match", ()):
+            if "\n" in example:
+                continue
+            for prefix in POSTED:
+                chunk = LogChunk("x.log", "server", 0, (prefix + example + "\n").encode(), 1)
+                if not any(f.rule == rule.id for f in HS.scan(chunk)):
+                    missed.append((rule.id, prefix, example[:80]))
+    assert missed == []
