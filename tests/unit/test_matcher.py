@@ -89,6 +89,8 @@ PLACES = {
     "alone": "{}\n",
     "after a line": "(APIServer pid=1) INFO 01-01 00:00:00 [api_server.py:1] hi\n{}\nnext\n",
     "before blank lines": "x\n{}\n\n\nz\n",
+    "with CRLF line ends": "x\r\n{}\r\nz\r\n",
+    "with trailing blanks": "x\n{} \t\nz\n",
 }
 
 
