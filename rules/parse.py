@@ -320,8 +320,36 @@ def _by_first_byte() -> list[tuple[tuple[str, re.Pattern[bytes]], ...]]:
 _HEADERS_BY_BYTE = _by_first_byte()
 
 
+_SGR = regex.compile(rb"\x1b\[[0-9;]{0,32}m")
+"""An ANSI colour sequence (SGR). vLLM colours its header's level, time and file:line when its
+stream is a terminal (``vllm/logging_utils/formatter.py`` ColoredFormatter, ``VLLM_LOGGING_COLOR``);
+a log captured from a terminal (``docker run -t``, a pod with a tty) keeps the sequences."""
+
+
 def parse(line: bytes) -> Parsed:
-    """The fields of one line (without its newline)."""
+    """The fields of one line (without its newline). A header written in colour is read as
+    the same header without: its level still decides what the line is."""
+    if b"\x1b[" in line:
+        return _parse_coloured(line)
+    return _parse(line)
+
+
+def _parse_coloured(line: bytes) -> Parsed:
+    """``_parse`` of the line without its colour sequences; the message's offset is mapped
+    back into the line (past the sequences that come before it)."""
+    spans = [(m.start(), m.end()) for m in _SGR.finditer(line)]
+    if not spans:
+        return _parse(line)
+    p = _parse(_SGR.sub(b"", line))
+    removed = 0
+    for start, end in spans:
+        if start - removed > p.message:
+            break
+        removed += end - start
+    return Parsed(p.header, p.level, p.message + removed, p.logger, p.module)
+
+
+def _parse(line: bytes) -> Parsed:
     m = _OUTER.match(line)
     pos = m.end() if m else 0
     if pos >= len(line):
