@@ -23,10 +23,12 @@ from typing import Any
 from ascend_doctor.core import regex
 
 _OUTER = regex.compile(
-    # the kernel's log as syslog/journalctl and dmesg write it: "Aug  1 08:38:31 host kernel: ",
-    # "2026-08-01T08:38:31.123456+08:00 host kernel: ", "[ 1197.584409] "
+    # syslog/journalctl of the kernel or a service: "Aug  1 08:38:31 host kernel: ",
+    # "2026-08-01T08:38:31.123456+08:00 host kernel: ", "Dec  7 12:00:00 host vllm[1234]: "
+    # (a server run as a systemd unit, read back with journalctl); dmesg's "[ 1197.584409] "
     rb"(?:(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d"
-    rb"|\d{4}-\d\d-\d\dT[\d:.]{8,15}(?:Z|[+-]\d\d:?\d\d)?) [\w.-]{1,64} kernel: )?"
+    rb"|\d{4}-\d\d-\d\dT[\d:.]{8,15}(?:Z|[+-]\d\d:?\d\d)?) [\w.-]{1,64} "
+    rb"(?:kernel|[\w./@-]{1,64}\[\d{1,10}\]): )?"
     rb"(?:\[\s{0,8}\d{1,10}\.\d{1,9}\] )?"
     rb"(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d) (?:stdout|stderr) [FP] )?"
     rb"(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z )?"

@@ -119,6 +119,7 @@ POSTED = [
     "2026-12-01T10:00:00.123456789Z stderr F ",  # kubelet / CRI
     "vllm-1  | ",  # docker compose
     "[pod/vllm-0/vllm] ",  # kubectl logs --prefix
+    "Dec  7 12:00:00 host vllm[1234]: ",  # a systemd unit's output read back with journalctl
 ]
 
 

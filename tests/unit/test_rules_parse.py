@@ -119,3 +119,21 @@ def test_older_c10_headers_have_no_timestamp() -> None:
     line = b"[E socket.cpp:472] [c10d] The server socket has failed to listen on any address."
     p = parse(line)
     assert (p.header, p.level, p.logger) == ("c10", "ERROR", "socket.cpp:472")
+
+
+def test_a_service_line_read_back_from_the_journal_keeps_its_header() -> None:
+    # vLLM run as a systemd unit, its output read with journalctl (short and short-iso)
+    for prefix in (
+        "Dec  7 12:00:00 host vllm[1234]: ",
+        "2026-12-07T12:00:00.123456+08:00 h x[9]: ",
+    ):
+        line = prefix + "(EngineCore_DP0 pid=276) ERROR 09-08 02:55:31 [core.py:702] KeyError: 'x'"
+        p = parse(line.encode())
+        assert (p.header, p.level, line.encode()[p.message :]) == (
+            "vllm",
+            "ERROR",
+            b"KeyError: 'x'",
+        )
+    # a time and a level are no journal prefix: camem's own header stays what it is
+    p = parse(b"2025-06-07T08:10:41.790Z ERROR camem: Failed to import x")
+    assert p.level == "ERROR"
