@@ -52,7 +52,7 @@ UNIT_KEYS = (
     r"|double free|free\(\)|malloc\(\)|corrupted (?:size|double)|segfault|general protection"
     r"|BUG: |Kernel panic|blocked for more|lockup|LOCKUP|ardware [Ee]rror|Machine check"
     r"|Bus Error|I/O error|EXT4-fs error|AER: Uncorrected|\[(?:error|fatal|critical)\]"
-    r"|\[FUNC:\w|failed|FAILED|undefined reference"
+    r"|\[FUNC:\w|failed|FAILED|undefined reference|has no attribute '"
 )
 """Words of a line that may be an error line; scanned with the rules in one pass. Only a
 prefilter: ``error_units`` parses each line it proposes. glog's header (``E1210 03:24:54.7``,
@@ -131,6 +131,9 @@ STATED_ERROR = regex.compile(
     rb"|[^\n]{0,40}?\[(?:ERROR|FATAL|CRITICAL)\] \S"
     # a CANN error code that starts a sentence without its colon ("E19999 The opp version of")
     rb"|E[0-9A-Z]\d{4} [A-Z][a-z]"
+    # an AttributeError's text printed without its name ("module 'torch_npu' has no attribute
+    # '_npu_flash_attention'", "'NoneType' object has no attribute 'x'")
+    rb"|(?:module|type object|'[\w.]{1,80}' object) '?[\w.]{0,80}'? ?has no attribute '"
 )
 """A line with no logging header that states a failure in one of the forms programs print
 one: an error whatever its header says (none), when no rule knows it."""

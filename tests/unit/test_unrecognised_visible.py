@@ -44,6 +44,8 @@ def unknown(text: str, offset: int = 0) -> list[str]:
         # d-0178, vllm-ascend #2725 (cut after its first sentence)
         "..[ERROR] the socversion Ascend910B1 of bin package does not match the current "
         "device socverison Ascend310P3.",
+        # d-0080, vllm-ascend #211 (an AttributeError's text alone, as its title)
+        "module 'torch_npu' has no attribute '_npu_flash_attention'",
         # d-0323, hicann/ge's user guide (cut before its versions)
         "E19999 The opp version of the model does not match the current opp run package",
     ],
