@@ -23,10 +23,9 @@ model trained on the loaded rules' examples: here the removed rules' examples ar
 them, so ``still right`` counts what the classifier names right without having seen the rule.
 
 Measured 2026-12-07 (244 entries): 35 by codes alone; of the 209 others, 117 still right, 18
-another category, 70 unrecognised, 4 invisible. Without the inference: 67 still right, 6
-another category, 131 unrecognised, 5 invisible (before an AttributeError's text alone was read as one); and before the unrecognised pass read
-failures stated without a header and indented ERROR lines that continue nothing, 112
-unrecognised and 24 invisible.
+another category, 70 unrecognised, 4 invisible. Earlier the same day: without the inference
+67 still right, 6 another category and 131 unrecognised; before the unrecognised pass read
+failures stated without a header and indented ERROR lines that continue nothing, 24 invisible.
 """
 
 from __future__ import annotations
