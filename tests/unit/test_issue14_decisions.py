@@ -69,6 +69,13 @@ def categories(line: str, source: str = "server") -> set[str]:
             " network address.",
             "port_in_use",
         ),
+        # systemd's journal of the server's unit and zsh's job report (a signal ended it)
+        (
+            "Mar 01 10:11:12 node1 systemd[1]: vllm.service: Main process exited,"
+            " code=dumped, status=11/SEGV",
+            "server_crashed",
+        ),
+        ("zsh: segmentation fault  vllm serve /models/Qwen3-8B", "server_crashed"),
     ],
 )
 def test_wording_means(line: str, category: str) -> None:
@@ -80,6 +87,8 @@ def test_wording_means(line: str, category: str) -> None:
     [
         "make[1]: Leaving directory '/vllm-workspace/vllm-ascend/build'",
         "[notice] A new release of pip is available: 25.1.1 -> 25.2",
+        "Mar 01 10:11:12 node1 systemd[1]: vllm.service: Main process exited, code=killed,"
+        " status=15/TERM",
         "I1112 11:16:11.129794 58058 master_client.cpp:300] Mount segment 0x12c2000000"
         " to master succeeded",
         "[W socket.cpp:436] [c10d] The server socket has failed to bind to [::]:29500"
