@@ -76,6 +76,8 @@ def categories(line: str, source: str = "server") -> set[str]:
             "server_crashed",
         ),
         ("zsh: segmentation fault  vllm serve /models/Qwen3-8B", "server_crashed"),
+        # `ray start --block` (ray-project/ray python/ray/scripts/scripts.py)
+        ("dashboard_agent [exit code=1]", "server_crashed"),
     ],
 )
 def test_wording_means(line: str, category: str) -> None:
