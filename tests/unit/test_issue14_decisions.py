@@ -76,6 +76,18 @@ def categories(line: str, source: str = "server") -> set[str]:
             "server_crashed",
         ),
         ("zsh: segmentation fault  vllm serve /models/Qwen3-8B", "server_crashed"),
+        # vLLM-Ascend's own device checks (vllm_ascend/utils.py) and its additional_config's
+        # validation (vllm_ascend/ascend_config.py)
+        (
+            "ValueError: No NPU devices found or specified in ASCEND_RT_VISIBLE_DEVICES.",
+            "device_unavailable",
+        ),
+        ("ValueError: Unknown dyntra_lb_config keys: ['mode2']", "model_config_error"),
+        (
+            "ValueError: ShortRequestFirst scheduling cannot be enabled with"
+            " profiling_chunk_config. Disable one of them.",
+            "model_config_error",
+        ),
         # `ray start --block` (ray-project/ray python/ray/scripts/scripts.py)
         ("dashboard_agent [exit code=1]", "server_crashed"),
     ],
