@@ -1,0 +1,113 @@
+"""Category decisions of wordings added for issue 14 (knowledge that generalizes).
+
+Each case is a wording rendered from the source that prints it (the rules' YAML comments and
+the catalogue entries name the repository, commit and file); the test pins what the line means
+to an operator, so that a later pattern cannot move it to another category or make a benign
+look-alike alarm.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from ascend_doctor.core.events import LogChunk, Severity
+from ascend_doctor.rules import Engine, load_rules
+
+RULES = load_rules()
+
+
+def categories(line: str, source: str = "server") -> set[str]:
+    """Categories of the findings of warning severity or above for one line of a stream."""
+    engine = Engine(RULES, matcher="re", clock=lambda: 0.0)
+    path = "plog-1_20260101000000000.log" if source == "plog" else "server.log"
+    found = engine.scan(LogChunk(path, source, 0, (line + "\n").encode()))
+    return {f.category.value for f in found if f.severity >= Severity.WARNING}
+
+
+@pytest.mark.parametrize(
+    ("line", "category"),
+    [
+        # the CANN runtime's reason text for 107030 before hicann/runtime 746be6c
+        # (errcode_manage.cc at b86b84e): the operation is not allowed while capturing a graph
+        (
+            "rtMemcpy execution failed, reason=the current capture mode does not support this"
+            " operation[FUNC:FuncErrorReason][FILE:error_message_manage.cc][LINE:61]",
+            "graph_capture_error",
+        ),
+        # GNU make's report of a failed recipe, and CMake's build run by setup.py
+        ("make[2]: *** [CMakeFiles/vllm_ascend_C.dir/all] Error 2", "env_mismatch"),
+        (
+            "subprocess.CalledProcessError: Command '['cmake', '--build', '.', '-j=8',"
+            " '--target=vllm_ascend_C']' returned non-zero exit status 2.",
+            "env_mismatch",
+        ),
+        ("collect2: error: ld returned 1 exit status", "env_mismatch"),
+        # Mooncake Store's client and its master (kvcache-ai/Mooncake 3b5a594 mooncake-store)
+        (
+            "E1112 11:16:11.129794 58058 master_client.cpp:370]"
+            " RPC call failed: Connection refused",
+            "hccl_link_error",
+        ),
+        (
+            "E1112 11:16:11.129794 58058 master_client.cpp:370]"
+            " RPC call failed: Connection timed out",
+            "hccl_timeout",
+        ),
+        (
+            "E1112 11:16:11.129913 56431 real_client.cpp:927] Failed to mount segment: RPC_FAIL",
+            "hccl_link_error",
+        ),
+        # a device index outside the devices there are (hicann/runtime 681ef76 EE1001 reference)
+        (
+            "The argument is invalid.Reason: Invalid device ID 8. Set drv devId to 8. The valid"
+            " device range is [0, 7).",
+            "device_unavailable",
+        ),
+        # c10d's own ERROR line once no local address would listen
+        (
+            "[E socket.cpp:472] [c10d] The server socket has failed to listen on any local"
+            " network address.",
+            "port_in_use",
+        ),
+        # systemd's journal of the server's unit and zsh's job report (a signal ended it)
+        (
+            "Mar 01 10:11:12 node1 systemd[1]: vllm.service: Main process exited,"
+            " code=dumped, status=11/SEGV",
+            "server_crashed",
+        ),
+        ("zsh: segmentation fault  vllm serve /models/Qwen3-8B", "server_crashed"),
+        # vLLM-Ascend's own device checks (vllm_ascend/utils.py) and its additional_config's
+        # validation (vllm_ascend/ascend_config.py)
+        (
+            "ValueError: No NPU devices found or specified in ASCEND_RT_VISIBLE_DEVICES.",
+            "device_unavailable",
+        ),
+        ("ValueError: Unknown dyntra_lb_config keys: ['mode2']", "model_config_error"),
+        (
+            "ValueError: ShortRequestFirst scheduling cannot be enabled with"
+            " profiling_chunk_config. Disable one of them.",
+            "model_config_error",
+        ),
+        # `ray start --block` (ray-project/ray python/ray/scripts/scripts.py)
+        ("dashboard_agent [exit code=1]", "server_crashed"),
+    ],
+)
+def test_wording_means(line: str, category: str) -> None:
+    assert category in categories(line)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "make[1]: Leaving directory '/vllm-workspace/vllm-ascend/build'",
+        "[notice] A new release of pip is available: 25.1.1 -> 25.2",
+        "Mar 01 10:11:12 node1 systemd[1]: vllm.service: Main process exited, code=killed,"
+        " status=15/TERM",
+        "I1112 11:16:11.129794 58058 master_client.cpp:300] Mount segment 0x12c2000000"
+        " to master succeeded",
+        "[W socket.cpp:436] [c10d] The server socket has failed to bind to [::]:29500"
+        " (errno: 99 - Cannot assign requested address).",
+    ],
+)
+def test_benign_look_alike_is_quiet(line: str) -> None:
+    assert categories(line) == set()
