@@ -33,7 +33,13 @@ _ACL = (
     rb"(?:error code(?: is|\s?[:=])|error_code\s?[:=]|errorCode\s?[:=]|ErrCode\s?=|result\s?="
     rb"|ret(?:Code)?\s?[:=]|error no is|return:|failed:|errno\[)\s?(?P<acl>[1-5]\d{5})(?!\d)"
 )
-_REASON = rb"reason=\[?(?P<reason>[a-zA-Z][\w :+/-]{2,60}?)(?:\]|\[FUNC|$|\.\s|\.$)"
+# the runtime prints "<api> execute failed, reason=[<text>]" (hicann/runtime errcode_manage.cc):
+# a bracketed text is read whole (up to 200 bytes: "Failed to create the stream object. The
+# host memory has been exhausted."), an unbracketed one up to its first sentence's end
+_REASON = (
+    rb"reason=\[(?P<reasonb>[a-zA-Z][^\]\[\n]{2,200})\]"
+    rb"|reason=\[?(?P<reason>[a-zA-Z][\w :+/-]{2,60}?)(?:\]|\[FUNC|$|\.\s|\.$)"
+)
 _ERRTEXT = rb"\[Error\]: (?P<errtext>[A-Z][^\n\[]{4,160}?\.)\s*(?:$|\[|\n)"
 _CANN = rb"(?<![\w.])(?P<cann>E[0-9A-Z]\d{4})(?=[:\[)\]]|\s|$|\.(?!\d))"
 # torch_npu's older HCCL checks print the HcclResult too (Ascend/pytorch
@@ -85,6 +91,7 @@ rules in one pass; only the lines it finds are searched with ``CODE_PATTERN``.""
 _GROUP_KIND = {
     "acl": "acl",
     "reason": "runtime_reason",
+    "reasonb": "runtime_reason",
     "errtext": "acl",
     "cann": "cann",
     "hccl": "hccl",
@@ -130,6 +137,11 @@ class CodeIndex:
             for entry in catalogues.by_kind.get(kind, {}).values()
             if entry.name
         }
+        # a reason as printed: case, spaces and a final full stop do not matter
+        self._reasons = {
+            _norm(text): entry
+            for text, entry in catalogues.by_kind.get("runtime_reason", {}).items()
+        }
 
     def lookup(self, group: str, value: str) -> Entry | None:
         """The entry a matched group names, if the catalogue knows it."""
@@ -141,14 +153,22 @@ class CodeIndex:
         if group == "hcclerr":
             return self.catalogues.get(kind, str(int(value, 16) & 0xFF))
         if kind == "runtime_reason":
-            # newer runtimes print a driver reason without its "driver error:" prefix
-            reason = value.strip().lower()
-            return self.catalogues.get(kind, reason) or self.catalogues.get(
-                kind, "driver error:" + reason
-            )
+            return self._reason(value)
         if kind == "device_fault":
             return self.catalogues.get(kind, value.upper())
         return self.catalogues.get(kind, value)
+
+    def _reason(self, value: str) -> Entry | None:
+        """The ACL entry a runtime reason names: the whole text, else its first sentence (a
+        bracketed reason the catalogue holds only in part); newer runtimes print a driver
+        reason without its "driver error:" prefix."""
+        reason = _norm(value)
+        first = reason.split(". ", 1)[0]
+        for text in (reason, first) if first != reason else (reason,):
+            entry = self._reasons.get(text) or self._reasons.get("driver error:" + text)
+            if entry is not None:
+                return self.catalogues.get("runtime_reason", entry.code)
+        return None
 
     def scan(self, data: bytes, start: int = 0, end: int | None = None) -> Iterator[CodeHit]:
         """Every known code in ``data[start:end]``."""

@@ -75,3 +75,22 @@ def test_same_matches_as_without_the_lookahead_on_the_corpus() -> None:
         ] == want
         seen += len(want)
     assert seen > 100
+
+
+def test_every_runtime_reason_names_its_acl_code_as_the_runtime_prints_it() -> None:
+    # "<api> execute failed, reason=[<text>]" (hicann/runtime errcode_manage.cc): a reason of
+    # more than one sentence or with a full stop ("Failed to create the stream object. The host
+    # memory has been exhausted.") was cut at its first sentence and named nothing
+    from ascend_doctor.rules.catalogue import load_catalogues
+
+    cats = load_catalogues([])
+    index = codes.CodeIndex(cats)
+    reasons = cats.by_kind["runtime_reason"]
+    assert len(reasons) > 300
+    missed = []
+    for entry in reasons.values():
+        for form in ("reason=[{}]", "reason=[{}][FUNC:Foo][FILE:api.cc][LINE:1]"):
+            line = ("rtStreamCreate execute failed, " + form.format(entry.meaning)).encode()
+            if not any(h.entry.code == entry.target for h in index.scan(line)):
+                missed.append((entry.meaning, form))
+    assert missed == []
