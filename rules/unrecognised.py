@@ -95,6 +95,15 @@ def _harmless(msg: bytes) -> bool:
     return IGNORABLE.search(msg, 0, 2000) is not None or FALLBACK.search(msg, 0, 2000) is not None
 
 
+EXIT_NOISE = regex.compile(
+    rb"TBE Subprocess\[\w{1,40}\] raise error\[[^\]\n]{0,200}\], main process disappeared!"
+)
+"""ERROR lines a process prints because another ended, not a failure of its own: CANN's TBE
+compiler workers report their parent's exit at every shutdown, dozens of times, right after
+vLLM's "Terminating local vLLM worker processes" (vllm-ascend #19; a crash that ended the
+parent is reported by the parent's own lines)."""
+
+
 def _may_ignore(msg: bytes) -> bool:
     """False when ``IGNORABLE`` cannot match ``msg``: its first 2000 bytes hold none of the
     words every one of its phrases has (case-insensitive, ASCII, as the pattern). The phrase
@@ -363,6 +372,8 @@ def error_units(
         if p.level in ("ERROR", "CRITICAL") and not CONTINUATION.match(msg):
             if _may_ignore(msg) and IGNORABLE.search(msg, 0, 2000):
                 continue  # an ERROR line that says itself it is harmless
+            if msg.startswith(b"TBE Subprocess[") and EXIT_NOISE.match(msg):
+                continue  # a worker reporting its parent's exit
             units.append(
                 Unit(start, start, start, False, REQUEST_LOGGERS.search(p.logger) is not None)
             )

@@ -137,3 +137,11 @@ def test_a_traceback_source_line_that_says_failed_stays_in_its_traceback() -> No
 )
 def test_a_failure_the_program_recovers_from_is_no_error(line: str) -> None:
     assert unknown(line + "\n") == []
+
+
+def test_a_compiler_worker_reporting_its_parents_exit_is_no_error() -> None:
+    # vllm-ascend #19: printed dozens of times at every shutdown, after vLLM's "Terminating
+    # local vLLM worker processes"
+    line = "[ERROR] TBE Subprocess[task_distribute] raise error[], main process disappeared!"
+    assert unknown(line + "\n") == []
+    assert unknown("(RayTrainWorker pid=82395) " + line + "\n") == []
