@@ -87,12 +87,19 @@ _FALLBACK_WORDS = (b"fall", b"instead", b"retr", b"try again", b"skipp", b"ignor
 """Words every ``FALLBACK`` phrase holds (lower case): a line with none is searched no more."""
 
 
+def _ignorable(msg: bytes) -> bool:
+    """The line says itself it is harmless (``IGNORABLE``)."""
+    return _may_ignore(msg) and IGNORABLE.search(msg, 0, 2000) is not None
+
+
 def _harmless(msg: bytes) -> bool:
     """The line says it can be ignored, or that the program goes on another way."""
+    if _ignorable(msg):
+        return True
     low = msg[:2000].lower()
-    if not any(word in low for word in _FALLBACK_WORDS) and b"harmless" not in low:
-        return b"not affect" in low and IGNORABLE.search(msg, 0, 2000) is not None
-    return IGNORABLE.search(msg, 0, 2000) is not None or FALLBACK.search(msg, 0, 2000) is not None
+    return (
+        any(word in low for word in _FALLBACK_WORDS) and FALLBACK.search(msg, 0, 2000) is not None
+    )
 
 
 EXIT_NOISE = regex.compile(
@@ -370,7 +377,7 @@ def error_units(
             units.append(Unit(start, start, start, False))
             continue
         if p.level in ("ERROR", "CRITICAL") and not CONTINUATION.match(msg):
-            if _may_ignore(msg) and IGNORABLE.search(msg, 0, 2000):
+            if _ignorable(msg):
                 continue  # an ERROR line that says itself it is harmless
             if msg.startswith(b"TBE Subprocess[") and EXIT_NOISE.match(msg):
                 continue  # a worker reporting its parent's exit
