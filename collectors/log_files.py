@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, BinaryIO, TypeVar
 
+from ascend_doctor.core import newlines
 from ascend_doctor.core.events import LogChunk
 from ascend_doctor.core.safeio import FOLLOW_ROOTS, open_regular
 
@@ -121,7 +122,7 @@ def emit(
     start = tracked.offset
     if not tracked.file_id:
         tracked.file_id = generation_of(tracked, data) if start == 0 else generation(tracked)
-    lines = body.count(b"\n")
+    lines = newlines.count(body)
     chunk = LogChunk(
         path=tracked.path,
         source=tracked.kind,
@@ -214,7 +215,7 @@ def read_chunks(
         body = buf[:cut] if cut < len(buf) else buf  # a slice of 4 MiB is a copy: one at most
         if not body.endswith(b"\n"):
             body += b"\n"
-        lines = body.count(b"\n")
+        lines = newlines.count(body)
         yield LogChunk(path, kind, offset, body, first_line=line, lines=lines)
         line += lines
         offset += cut

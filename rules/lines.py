@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 
+from ascend_doctor.core import newlines
 from ascend_doctor.core.events import LogChunk, LogLine
 
 _STEP = 4096
@@ -23,10 +24,10 @@ def newline_marks(data: bytes) -> list[int]:
     """The newlines of ``data`` before every ``MARK`` bytes and before its end (the last
     item is the total): counted in one pass, and then no line number costs more than
     ``MARK / 2`` bytes of counting."""
-    count, size = data.count, len(data)
+    count, size = newlines.count, len(data)
     marks, total = [0], 0
     for start in range(0, size, MARK):
-        total += count(b"\n", start, start + MARK)
+        total += count(data, start, start + MARK)
         marks.append(total)
     return marks
 
@@ -62,7 +63,7 @@ class Lines:
         if self._total < 0:
             self._total = self._chunk.lines
             if self._total < 0:
-                self._total = self._data.count(b"\n")
+                self._total = newlines.count(self._data)
         return self._total
 
     def number(self, offset: int) -> int:
