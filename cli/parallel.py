@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -207,12 +208,33 @@ def scan_pieces(
         min(jobs, len(parts)), mp_context=ctx, initializer=_init, initargs=args
     ) as pool:
         tasks = [(i, piece, label, kind) for i, piece in enumerate(parts)]
-        for piece, (newlines, found) in zip(parts, pool.map(_scan, tasks), strict=True):
+        results = pool.map(_scan, tasks)
+        for piece in parts:
+            try:
+                newlines, found = next(results)
+            except BrokenProcessPool as exc:
+                raise WorkerDied(path, piece.offset) from exc
             yield (
                 piece.length,
                 newlines,
                 [_mined(engine, f, render) if raw else f for raw, f in found],
             )
+
+
+class WorkerDied(OSError):
+    """A worker process of an offline scan ended abruptly (the kernel's OOM killer, a
+    signal): the findings of the chunks before ``offset`` were given, the rest are not. An
+    ``OSError``, as a file that cannot be read, so a caller reports it with that file and
+    goes on with the next one."""
+
+    def __init__(self, path: str, offset: int) -> None:
+        super().__init__(
+            f"a scan worker process died (killed?) at byte {offset}: the findings after it "
+            "are missing; rerun with --jobs 1 to scan in one process"
+        )
+        self.strerror = str(self.args[0])
+        self.path = path
+        self.offset = offset
 
 
 def _mined(engine: Engine, f: Finding, render: Callable[[Finding], T]) -> T:
@@ -257,6 +279,7 @@ def default_jobs() -> int:
 __all__ = [
     "BLOCK",
     "Piece",
+    "WorkerDied",
     "as_is",
     "block_for",
     "block_of",

@@ -151,10 +151,14 @@ def scan(
             )
             if len(parts) > 1:
                 render = functools.partial(_finding_line, as_json=as_json)
-                for _, _, lines in parallel.scan_pieces(
-                    engine, name, name, kind, parts, jobs, render
-                ):
-                    found += _print_lines(lines)
+                try:
+                    for _, _, lines in parallel.scan_pieces(
+                        engine, name, name, kind, parts, jobs, render
+                    ):
+                        found += _print_lines(lines)
+                except parallel.WorkerDied as exc:
+                    click.echo(f"{name}: {exc.strerror}", err=True)
+                    unusable += 1
                 continue
             block = parallel.block_of(stream)
             chunks = read_chunks(stream, name, kind, already_read=head, block=block)

@@ -184,3 +184,37 @@ def test_rules_scan_prints_the_same_with_workers(
     # findings numbered in the file's last quarter: the later chunks' line numbers count
     assert len(rows) > 100 and rows[-1]["line"] > data.count(b"\n") * 3 // 4
     assert many.output == one.output
+
+
+_DIE_AT = 200_000
+
+
+def _die_past(finding: Finding) -> Finding:
+    """A render that kills its own worker at the first finding past ``_DIE_AT``, as the
+    kernel's OOM killer would."""
+    if finding.offset > _DIE_AT:
+        import os
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+    return finding
+
+
+def test_a_killed_worker_is_reported_not_waited_for(tmp_path: Path) -> None:
+    """A worker killed mid-scan ends the scan of that file with WorkerDied (an OSError, as an
+    unreadable file), after the findings of the chunks before it; it never hangs."""
+    path = tmp_path / "server.log"
+    path.write_bytes(_log(3, 400_000))
+    engine = Engine(RULES, clock=lambda: 0.0)
+    with path.open("rb") as f:
+        parts = parallel.pieces(f.fileno(), block=16384)
+    got: list[Finding] = []
+    with pytest.raises(parallel.WorkerDied) as died:
+        for _, _, found in parallel.scan_pieces(
+            engine, str(path), str(path), "server", parts, 2, _die_past
+        ):
+            got += found
+    assert isinstance(died.value, OSError) and "--jobs 1" in died.value.strerror
+    assert got and all(f.offset <= _DIE_AT for f in got)
+    assert died.value.offset <= _DIE_AT + 16384
+    assert got == [f for f in _serial(path, 16384) if f.offset < died.value.offset]
