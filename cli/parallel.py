@@ -18,6 +18,7 @@ import io
 import mmap
 import multiprocessing
 import os
+import signal
 import stat
 import threading
 import time
@@ -126,12 +127,32 @@ def _init(
     engine: Engine | None, rules: Any, path: str, render: Callable[[Finding], Any], counts: Any
 ) -> None:
     global _engine, _path, _render, _counts
+    _die_with_parent()
     if engine is None:  # a spawned worker builds its own engine (the packs are cached)
         rules, before, after = rules
         engine = Engine(rules, clock=lambda: 0.0, context_before=before, context_after=after)
     if engine.templates is not None:
         engine.templates = _Deferred()  # type: ignore[assignment]
     _engine, _path, _render, _counts = engine, path, render, counts
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """A worker is killed when the scan that started it dies (SIGKILLed, the OOM killer):
+    it would otherwise wait forever for a chunk, as it holds the task pipe's write end
+    itself (Linux ``prctl(PR_SET_PDEATHSIG)``; elsewhere nothing is done)."""
+    started_by = multiprocessing.parent_process()
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if started_by is not None and os.getppid() != started_by.pid:
+        os._exit(1)  # the parent died before the signal was asked for
 
 
 def _read(piece: Piece) -> bytes:
@@ -204,11 +225,12 @@ def scan_pieces(
     # concurrent.futures rather than multiprocessing.Pool: Pool's worker-handler thread waits
     # on the results pipe it never reads, so it spins while a result is in flight (a sixth
     # of a 600 MB scan's CPU time, on a core the workers need)
-    with ProcessPoolExecutor(
+    pool = ProcessPoolExecutor(
         min(jobs, len(parts)), mp_context=ctx, initializer=_init, initargs=args
-    ) as pool:
-        tasks = [(i, piece, label, kind) for i, piece in enumerate(parts)]
-        results = pool.map(_scan, tasks)
+    )
+    tasks = [(i, piece, label, kind) for i, piece in enumerate(parts)]
+    results = pool.map(_scan, tasks)
+    try:
         for piece in parts:
             try:
                 newlines, found = next(results)
@@ -219,6 +241,11 @@ def scan_pieces(
                 newlines,
                 [_mined(engine, f, render) if raw else f for raw, f in found],
             )
+    finally:
+        # a caller that stops early (a closed pipe: `rules scan big.log | head`, Ctrl-C)
+        # waits for no chunk it will not read: the ones not started are cancelled
+        results.close()
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 class WorkerDied(OSError):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import random
+import sys
 import threading
 from pathlib import Path
 
@@ -218,3 +219,72 @@ def test_a_killed_worker_is_reported_not_waited_for(tmp_path: Path) -> None:
     assert got and all(f.offset <= _DIE_AT for f in got)
     assert died.value.offset <= _DIE_AT + 16384
     assert got == [f for f in _serial(path, 16384) if f.offset < died.value.offset]
+
+
+def test_workers_die_with_a_killed_scan(tmp_path: Path) -> None:
+    """`rules scan` SIGKILLed mid-scan leaves no worker behind waiting for a chunk."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    import psutil
+
+    path = tmp_path / "server.log"
+    path.write_bytes(BENIGN * 200_000)  # 27 MB: chunks of 4 MiB or less, every core busy
+    scan = subprocess.Popen(
+        [sys.executable, "-m", "ascend_doctor", "rules", "scan", "-j", "2", str(path)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    parent = psutil.Process(scan.pid)
+    deadline = time.monotonic() + 60
+    workers: list[psutil.Process] = []
+    while len(workers) < 2 and time.monotonic() < deadline and scan.poll() is None:
+        workers = parent.children()
+        time.sleep(0.005)
+    assert len(workers) == 2, "the scan ended before its workers were seen"
+    os.kill(scan.pid, signal.SIGKILL)
+    scan.wait()
+    _, alive = psutil.wait_procs(workers, timeout=30)
+    assert not alive
+
+
+def _note_chunk(finding: Finding) -> Finding:
+    """A render that notes, in the file ``$SEEN_FINDINGS``, each finding a worker rendered
+    (the environment: a spawned worker has it too)."""
+    import os
+
+    with open(os.environ["SEEN_FINDINGS"], "a", encoding="utf-8") as f:
+        f.write(f"{finding.offset}\n")
+    return finding
+
+
+def test_a_caller_that_stops_early_waits_for_no_more_chunks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`rules scan big.log | head`: once the caller stops reading, the chunks not started are
+    cancelled, not scanned to be thrown away."""
+    import psutil
+
+    seen = tmp_path / "seen"
+    monkeypatch.setenv("SEEN_FINDINGS", str(seen))
+    path = tmp_path / "server.log"
+    line = FAILURES[0]
+    path.write_bytes((BENIGN * 40 + line) * 400)  # 400 findings in 2.6 MB: 160 chunks
+    engine = Engine(RULES, clock=lambda: 0.0)
+    with path.open("rb") as f:
+        parts = parallel.pieces(f.fileno(), block=16384)
+    assert len(parts) > 100
+    before = {p.pid for p in psutil.Process().children()}
+    scan = parallel.scan_pieces(engine, str(path), str(path), "server", parts, 2, _note_chunk)
+    next(scan)
+    workers = [
+        p
+        for p in psutil.Process().children()
+        if p.pid not in before and "resource_tracker" not in " ".join(p.cmdline())
+    ]
+    scan.close()
+    _, alive = psutil.wait_procs(workers, timeout=60)
+    assert not alive
+    assert 0 < len(seen.read_text().splitlines()) < 200  # of 400: a few chunks, not all
