@@ -22,11 +22,11 @@ import signal
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from ascend_doctor.core.events import Finding, LogChunk
 from ascend_doctor.rules import Engine
@@ -229,7 +229,10 @@ def scan_pieces(
         min(jobs, len(parts)), mp_context=ctx, initializer=_init, initargs=args
     )
     tasks = [(i, piece, label, kind) for i, piece in enumerate(parts)]
-    results = pool.map(_scan, tasks)
+    # a generator (concurrent.futures' result_iterator): closing it cancels what is pending
+    results = cast(
+        Generator[tuple[int, list[tuple[bool, Any]]], None, None], pool.map(_scan, tasks)
+    )
     try:
         for piece in parts:
             try:
