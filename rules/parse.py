@@ -90,6 +90,17 @@ _HEADERS: tuple[tuple[str, re.Pattern[bytes]], ...] = (
         ),
     ),
     (
+        # Ray's C++ core (src/ray/util/logging.cc, spdlog "[%Y-%m-%d %H:%M:%S,%e %L %P %t] %v":
+        # %L the level's letter, then the pid and the thread), the component it may name and
+        # RAY_LOG's file:line: "[2026-03-01 22:48:01,851 W 6578 6578] rpc_client.h:153: msg",
+        # "[2023-04-12 11:23:25,823 E 946 946] (raylet) gcs_rpc_client.h:533: msg"
+        "ray",
+        regex.compile(
+            rb"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (?P<level>[TDIWEC]) \d{1,10} \d{1,10}\] "
+            rb"(?:\([\w-]{1,40}\) )?(?:(?P<logger>[\w./-]{1,80}:\d+): )?"
+        ),
+    ),
+    (
         # a timestamp then the level: Ray's "%(asctime)s\t%(levelname)s %(filename)s:%(lineno)s
         # -- " (ray/_private/ray_constants.py LOGGER_FORMAT), "%(asctime)s %(levelname)s ..."
         # and "%(asctime)s - %(levelname)s - ..." without a name; the time may be bracketed,
@@ -158,6 +169,9 @@ _LEVELS = {
     b"W": "WARNING",
     b"I": "INFO",
     b"F": "CRITICAL",
+    b"C": "CRITICAL",
+    b"D": "DEBUG",
+    b"T": "DEBUG",
     b"EVENT": "INFO",
     b"WARN": "WARNING",
     b"FATAL": "CRITICAL",
