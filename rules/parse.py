@@ -197,6 +197,15 @@ EXCEPTION = regex.compile(
     rb"(?:\(\w{1,60}(?:Error|Exception)\))?(?:: |:$|$|\(')"
 )
 """A Python exception line: ``RuntimeError: ...``, ``vllm....EngineDeadError: ...``, a repr."""
+MODULE_EXCEPTION = regex.compile(
+    rb"(?:[A-Za-z_]\w{0,60}\.){1,8}(?:exc|errors)\.[A-Z]\w{0,60}(?:: \S|:?$)"
+)
+"""A class of a package's exception module, whatever its name says, printed alone (no
+traceback before it): ``torch._dynamo.exc.Unsupported: ...`` (torch/_dynamo/exc.py, also
+torch._inductor.exc), ``triton.runtime.errors.OutOfResources: ...`` (triton/runtime/
+errors.py). Proposed to the unrecognised pass by the literal ``.exc.`` / ``.errors.``
+(``MODULE_EXCEPTION_WORDS``), and tried only on a line that holds one."""
+MODULE_EXCEPTION_WORDS = (b".exc.", b".errors.")
 FATAL = regex.compile(
     rb"(?:terminate called|\s*what\(\): |Fatal Python error|Segmentation fault"
     rb"|\*\*\* SIG\w+ received|panic: |thread '[^'\n]{0,80}' panicked at|fatal error: "
@@ -434,6 +443,8 @@ __all__ = [
     "FATAL",
     "HOST_FAULT",
     "JSON_ERROR",
+    "MODULE_EXCEPTION",
+    "MODULE_EXCEPTION_WORDS",
     "REQUEST_LOG",
     "TRACEBACK",
     "Parsed",

@@ -34,6 +34,8 @@ from ascend_doctor.rules.parse import (
     FATAL,
     HOST_FAULT,
     JSON_ERROR,
+    MODULE_EXCEPTION,
+    MODULE_EXCEPTION_WORDS,
     REQUEST_LOG,
     TRACEBACK,
     Parsed,
@@ -52,7 +54,7 @@ UNIT_KEYS = (
     r"|double free|free\(\)|malloc\(\)|corrupted (?:size|double)|segfault|general protection"
     r"|BUG: |Kernel panic|blocked for more|lockup|LOCKUP|ardware [Ee]rror|Machine check"
     r"|Bus Error|I/O error|EXT4-fs error|AER: Uncorrected|\[(?:error|fatal|critical)\]"
-    r"|\[FUNC:\w|failed|FAILED|undefined reference|has no attribute '"
+    r"|\[FUNC:\w|failed|FAILED|undefined reference|has no attribute '|\.exc\.|\.errors\."
 )
 """Words of a line that may be an error line; scanned with the rules in one pass. Only a
 prefilter: ``error_units`` parses each line it proposes. glog's header (``E1210 03:24:54.7``,
@@ -85,6 +87,15 @@ not an error, when nothing but its wording says it failed."""
 
 _FALLBACK_WORDS = (b"fall", b"instead", b"retr", b"try again", b"skipp", b"ignor", b"disabl")
 """Words every ``FALLBACK`` phrase holds (lower case): a line with none is searched no more."""
+
+
+def _exception_line(msg: bytes) -> bool:
+    """``msg`` is a Python exception line: a name that says so (``EXCEPTION``), or a class of
+    a package's exception module printed alone (``MODULE_EXCEPTION``, only on a line holding
+    ``.exc.`` or ``.errors.``: most candidate lines hold neither)."""
+    if EXCEPTION.match(msg) is not None:
+        return True
+    return any(w in msg for w in MODULE_EXCEPTION_WORDS) and MODULE_EXCEPTION.match(msg) is not None
 
 
 def _ignorable(msg: bytes) -> bool:
@@ -335,7 +346,7 @@ def error_units(
             if traceback_lines > MAX_TRACEBACK_LINES:
                 traceback_at = -1
         # an exception line may come indented (a chained exception group, a posted quote)
-        is_exception = EXCEPTION.match(msg.lstrip(b" \t|")) is not None or start in late
+        is_exception = _exception_line(msg.lstrip(b" \t|")) or start in late
         if is_exception and traceback_at >= 0:
             request = logged_request or (
                 request_at == traceback_at and REQUEST_LOGGERS.search(p.logger) is not None

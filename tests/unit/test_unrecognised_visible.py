@@ -145,3 +145,33 @@ def test_a_compiler_worker_reporting_its_parents_exit_is_no_error() -> None:
     line = "[ERROR] TBE Subprocess[task_distribute] raise error[], main process disappeared!"
     assert unknown(line + "\n") == []
     assert unknown("(RayTrainWorker pid=82395) " + line + "\n") == []
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # d-0308, vllm-ascend #1615 (torch._dynamo's graph break, printed with no traceback)
+        "torch._dynamo.exc.Unsupported: call_function DelayGraphBreakVariable() "
+        "[TensorVariable()] {}",
+        # rendered from triton/runtime/errors.py (OutOfResources) and torch/_inductor/exc.py
+        "triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: "
+        "262144, Hardware limit: 196608.",
+        "torch._inductor.exc.LoweringException: AssertionError: x",
+    ],
+)
+def test_a_class_of_an_exception_module_printed_alone_is_seen(line: str) -> None:
+    # its name says nothing (no Error, Exception, Failed), its module does: '.exc.', '.errors.'
+    assert unknown(line + "\n") == [line]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "INFO 01-01 00:00:00 [x.py:1] torch._dynamo.exc.Unsupported is caught, graph break",
+        '  File "/usr/lib/python3/site-packages/torch/_dynamo/exc.py", line 317, in unimplemented',
+        "see torch._dynamo.exc.Unsupported for the reasons a graph breaks",
+        "errors.Timeout: a bare module is no package's exception module",
+    ],
+)
+def test_a_mention_of_an_exception_module_is_no_error(line: str) -> None:
+    assert unknown(line + "\n") == []
