@@ -231,7 +231,7 @@ the sentences that announce one (``Error executing method 'x'``, ``Exception in 
 ``Unhandled exception while ...``)."""
 FAILED_CALL = regex.compile(
     rb"[^\n]{0,400}?(?:(?:NPU|HCCL|OPS|DIST|ACL|ATB) function error: "
-    rb"|[Ee]rror ?code(?: is|:|=) ?-?[1-9]|\berrno\[-?[1-9])"
+    rb"|[Ee]rror ?code(?: is| ?[:=]) ?-?[1-9]|\berrno\[-?[1-9])"
 )
 """A native call that failed with a non-zero code (torch_npu's ``NPU function error: <call>,
 error code is N``, ``call aclnnX failed, error code is N``): an error whatever the header

@@ -55,6 +55,7 @@ UNIT_KEYS = (
     r"|BUG: |Kernel panic|blocked for more|lockup|LOCKUP|ardware [Ee]rror|Machine check"
     r"|Bus Error|I/O error|EXT4-fs error|AER: Uncorrected|\[(?:error|fatal|critical)\]"
     r"|\[FUNC:\w|failed|FAILED|undefined reference|has no attribute '|\.exc\.|\.errors\."
+    r"|Reason: "
 )
 """Words of a line that may be an error line; scanned with the rules in one pass. Only a
 prefilter: ``error_units`` parses each line it proposes. glog's header (``E1210 03:24:54.7``,
@@ -158,6 +159,13 @@ STATED_ERROR = regex.compile(
     rb"|[^\n]{0,40}?\[(?:ERROR|FATAL|CRITICAL)\] \S"
     # a CANN error code that starts a sentence without its colon ("E19999 The opp version of")
     rb"|E[0-9A-Z]\d{4} [A-Z][a-z]"
+    # CANN's error-message texts without their code (hicann/runtime 681ef76
+    # src/dfx/error_manager/error_code.json): "%s failed. Reason: %s.", "The argument is
+    # invalid. Reason: %s" (printed "invalid.Reason:" too), "%s is not supported. Reason:",
+    # "Getting socket times out. Reason:", "Transport init error. Reason:"
+    rb"|[^\n]{0,300}?\b(?:failed|invalid|not supported|times out|error)\. ?Reason: \S"
+    # GNU make's report of a failed recipe ("gmake[3]: *** [CMakeFiles/x.dir/y.o] Error 1")
+    rb"|g?make(?:\[\d{1,4}\])?: \*\*\* \[[^\]\n]{1,300}\] Error \d"
     # an AttributeError's text printed without its name ("module 'torch_npu' has no attribute
     # '_npu_flash_attention'", "'NoneType' object has no attribute 'x'")
     rb"|(?:module|type object|'[\w.]{1,80}' object) '?[\w.]{0,80}'? ?has no attribute '"

@@ -175,3 +175,36 @@ def test_a_class_of_an_exception_module_printed_alone_is_seen(line: str) -> None
 )
 def test_a_mention_of_an_exception_module_is_no_error(line: str) -> None:
     assert unknown(line + "\n") == []
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # d-0832 (hicann/runtime EE1001 reference): CANN's text without its code
+        "The argument is invalid.Reason: Invalid device ID 8. Set drv devId to 8. The valid"
+        " device range is [0, 7).",
+        # d-0842, d-0847 (hicann/runtime error-code reference): "%s failed. Reason: %s."
+        "MemCopySync failed. Reason: The current thread 198840 is in the capture state and the"
+        " current operation cannot be performed.",
+        "rtsIpcMemImportByKey failed. Reason: The driver version capacity is insufficient.",
+        # d-0844 (hicann/runtime FAQ): "error code = N", spaces around the sign
+        "An error occurs on the device(chipId:0, dieId:0), the serial number is 3, the error is"
+        " aivec error error, core id is 0, error code = 95, dump info: pc start: 0x1",
+        # d-0801 (vllm-ascend's installation): GNU make's failed recipe
+        "gmake: *** [Makefile:286: vllm_ascend_C] Error 2",
+    ],
+)
+def test_cann_texts_and_make_failures_without_a_header_are_seen(line: str) -> None:
+    assert unknown(line + "\n") == [line]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Connection closed. Reason: the peer finished its work",
+        "make[1]: Leaving directory '/vllm-workspace/vllm-ascend/build'",
+        "Stream sync failed. Reason: timeout, retrying",
+    ],
+)
+def test_a_reason_that_names_no_failure_is_no_error(line: str) -> None:
+    assert unknown(line + "\n") == []
