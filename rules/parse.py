@@ -198,14 +198,17 @@ EXCEPTION = regex.compile(
 )
 """A Python exception line: ``RuntimeError: ...``, ``vllm....EngineDeadError: ...``, a repr."""
 MODULE_EXCEPTION = regex.compile(
-    rb"(?:[A-Za-z_]\w{0,60}\.){1,8}(?:exc|errors)\.[A-Z]\w{0,60}(?:: \S|:?$)"
+    rb"(?:[A-Za-z_]\w{0,60}\.){0,8}(?:(?<=\.)exc|(?<=\.)errors|pkg_resources)\.[A-Z]\w{0,60}"
+    rb"(?:: \S|:?$)"
 )
 """A class of a package's exception module, whatever its name says, printed alone (no
 traceback before it): ``torch._dynamo.exc.Unsupported: ...`` (torch/_dynamo/exc.py, also
 torch._inductor.exc), ``triton.runtime.errors.OutOfResources: ...`` (triton/runtime/
-errors.py). Proposed to the unrecognised pass by the literal ``.exc.`` / ``.errors.``
-(``MODULE_EXCEPTION_WORDS``), and tried only on a line that holds one."""
-MODULE_EXCEPTION_WORDS = (b".exc.", b".errors.")
+errors.py), setuptools' ``pkg_resources.ContextualVersionConflict: ...`` and
+``DistributionNotFound`` (pip's vendored copy too). Proposed to the unrecognised pass by
+the literals ``.exc.``, ``.errors.`` and ``pkg_resources.`` (``MODULE_EXCEPTION_WORDS``), and
+tried only on a line that holds one."""
+MODULE_EXCEPTION_WORDS = (b".exc.", b".errors.", b"pkg_resources.")
 FATAL = regex.compile(
     rb"(?:terminate called|\s*what\(\): |Fatal Python error|Segmentation fault"
     rb"|\*\*\* SIG\w+ received|panic: |thread '[^'\n]{0,80}' panicked at|fatal error: "

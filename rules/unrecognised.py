@@ -55,7 +55,7 @@ UNIT_KEYS = (
     r"|BUG: |Kernel panic|blocked for more|lockup|LOCKUP|ardware [Ee]rror|Machine check"
     r"|Bus Error|I/O error|EXT4-fs error|AER: Uncorrected|\[(?:error|fatal|critical)\]"
     r"|\[FUNC:\w|failed|FAILED|undefined reference|has no attribute '|\.exc\.|\.errors\."
-    r"|Reason: "
+    r"|Reason: |pkg_resources\."
 )
 """Words of a line that may be an error line; scanned with the rules in one pass. Only a
 prefilter: ``error_units`` parses each line it proposes. glog's header (``E1210 03:24:54.7``,
@@ -93,7 +93,7 @@ _FALLBACK_WORDS = (b"fall", b"instead", b"retr", b"try again", b"skipp", b"ignor
 def _exception_line(msg: bytes) -> bool:
     """``msg`` is a Python exception line: a name that says so (``EXCEPTION``), or a class of
     a package's exception module printed alone (``MODULE_EXCEPTION``, only on a line holding
-    ``.exc.`` or ``.errors.``: most candidate lines hold neither)."""
+    one of ``MODULE_EXCEPTION_WORDS``: most candidate lines hold none)."""
     if EXCEPTION.match(msg) is not None:
         return True
     return any(w in msg for w in MODULE_EXCEPTION_WORDS) and MODULE_EXCEPTION.match(msg) is not None

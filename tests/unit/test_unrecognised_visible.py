@@ -157,6 +157,9 @@ def test_a_compiler_worker_reporting_its_parents_exit_is_no_error() -> None:
         "triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: "
         "262144, Hardware limit: 196608.",
         "torch._inductor.exc.LoweringException: AssertionError: x",
+        # d-0195, vllm-ascend #476 (setuptools' pkg_resources, pip's vendored copy)
+        "pip._vendor.pkg_resources.ContextualVersionConflict: (numpy 2.2.4 (/usr/local/lib),"
+        " Requirement.parse('numpy==1.26.4'), {'vllm-ascend'})",
     ],
 )
 def test_a_class_of_an_exception_module_printed_alone_is_seen(line: str) -> None:
