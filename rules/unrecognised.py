@@ -172,6 +172,11 @@ STATED_ERROR = regex.compile(
 )
 """A line with no logging header that states a failure in one of the forms programs print
 one: an error whatever its header says (none), when no rule knows it."""
+TOOL_ERROR = regex.compile(rb"\s{1,24}(?:ERROR: \S|CMake Error at \S)")
+"""A build tool's error as a nested build indents it: pip's ``  ERROR: Failed building wheel
+for vllm_ascend`` (pip indents the output of the build it runs), CMake's ``CMake Error at
+CMakeLists.txt:14 (project):`` inside pip's or setup.py's output. Indented, so no other form
+reads it; never inside a traceback."""
 CONTINUED_ERROR = regex.compile(
     rb"(?!(?:raise|return|assert|await|yield|self|super|def|if|elif|else|for|while|with|import"
     rb"|from|File|try|except|finally|lambda|print)\b)"
@@ -384,6 +389,7 @@ def error_units(
             continue
         if p.level not in ("ERROR", "CRITICAL") and (
             ERROR_WORD.match(msg)
+            or (traceback_at < 0 and TOOL_ERROR.match(msg) is not None)
             or (_may_fail(msg) and FAILED_CALL.match(msg))
             or (b"[FUNC:" in msg and CANN_TRACE.match(msg))
             or (

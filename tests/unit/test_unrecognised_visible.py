@@ -211,3 +211,26 @@ def test_cann_texts_and_make_failures_without_a_header_are_seen(line: str) -> No
 )
 def test_a_reason_that_names_no_failure_is_no_error(line: str) -> None:
     assert unknown(line + "\n") == []
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # d-0804, d-0806 (vllm-ascend's installation): a nested build indents pip's and
+        # CMake's errors
+        "  ERROR: Failed building wheel for vllm_ascend",
+        "      CMake Error at CMakeLists.txt:14 (project):",
+    ],
+)
+def test_a_build_tools_indented_error_is_seen(line: str) -> None:
+    assert unknown(line + "\n") == [line.strip()]
+
+
+def test_an_indented_error_word_inside_a_traceback_is_part_of_it() -> None:
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "setup.py", line 3, in <module>\n'
+        '    ERROR: "quoted source"\n'
+        "ValueError: bad\n"
+    )
+    assert len(unknown(text)) == 1
