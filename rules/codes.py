@@ -6,7 +6,9 @@ One scan of a chunk finds every code, whatever form prints it:
   ``runtime result = 507014``, ``ret=507033``, ``error_code: N``, ``result = N``,
   ``ErrCode=107001``, ``errorCode = 507033``, ``error no is 561103``, ``return: 507015``,
   ``rtKernelLaunchWithHandleV2 failed: 507035``;
-- runtime reason texts: ``reason=[aicore timeout]``, ``reason=lost heartbeat[FUNC:...]``;
+- runtime reason texts: ``reason=[aicore timeout]``, ``reason=lost heartbeat[FUNC:...]``,
+  ``ErrCode=507899, desc=[driver error:internal error]``, ``retCode=0x31, [vector core
+  exception]``;
 - torch_npu's English text of a code: ``[Error]: The aicore execution times out.``;
 - CANN error-message codes: ``EL0004: ...``, ``EE9999[PID: ...]``,
   ``Memory_Allocation_Failure(EL0004)``;
@@ -36,8 +38,17 @@ _ACL = (
 # the runtime prints "<api> execute failed, reason=[<text>]" (hicann/runtime errcode_manage.cc):
 # a bracketed text is read whole (up to 200 bytes: "Failed to create the stream object. The
 # host memory has been exhausted."), an unbracketed one up to its first sentence's end
+#
+# The same texts follow a code the runtime already names: its GetErrorDesc prints
+# "ErrCode=%d, desc=[%s], InnerCode=0x%x" (rtGetDeviceCount:ErrCode=507899, desc=[driver
+# error:internal error], InnerCode=0x7020010), and its task and stream errors print the TS
+# error's text after a hex code, "retCode=%#x, [%s]" (Kernel task happen error,
+# retCode=0x31, [vector core exception]; davinci_kernel_task.cc, stream.cc, engine.cc). The
+# text is read as a reason whatever the number beside it is: a code the catalogue lacks or
+# a hex TS code no catalogue holds.
 _REASON = (
-    rb"reason=\[(?P<reasonb>[a-zA-Z][^\]\[\n]{2,200})\]"
+    rb"(?:reason|desc)=\[(?P<reasonb>[a-zA-Z][^\]\[\n]{2,200})\]"
+    rb"|retCode=0x[0-9a-fA-F]{1,8}, \[(?P<reasont>[a-zA-Z][^\]\[\n]{2,200})\]"
     rb"|reason=\[?(?P<reason>[a-zA-Z][\w :+/-]{2,60}?)(?:\]|\[FUNC|$|\.\s|\.$)"
 )
 _ERRTEXT = rb"\[Error\]: (?P<errtext>[A-Z][^\n\[]{4,160}?\.)\s*(?:$|\[|\n)"
@@ -69,7 +80,7 @@ _DCMI = rb"(?:ret(?: is|\s?[:=])|error code)\s?(?P<dcmi>-8\d{3}|-9999\d)(?!\d)"
 _NAME = rb"(?<![\w])(?P<name>ACL_ERROR_[A-Z0-9_]{2,60}|HCCL_E_[A-Z0-9_]{2,30})(?![\w])"
 
 _FORMS = (_ACL, _REASON, _ERRTEXT, _CANN, _HCCL, _HCCL_ERRNO, _FAULT, _DCMI, _NAME)
-FIRST_BYTES = b"eErf[HOhFA"
+FIRST_BYTES = b"eErf[HOhFAd"
 """Every byte a form can start with. A lookahead on them first makes ``re`` try the forms'
 dozens of branches only where one can start: the same matches at twice the speed (a
 failure-dense log has a code word on every other line)."""
@@ -80,8 +91,8 @@ CODE_PATTERN = regex.compile(
 
 CODE_KEYS = (
     r"error code|error_code|errorCode|ErrCode|result ?=|ret(?:Code)? ?[:=]|error no is|return:"
-    r"|failed:|errno\[|errNo\[|reason=|\[Error\]: |HCCL function error|OPS function error|hcclRet"
-    r"|retcode: "
+    r"|failed:|errno\[|errNo\[|reason=|desc=\[|\[Error\]: |HCCL function error"
+    r"|OPS function error|hcclRet|retcode: "
     r"|ret\[|[Ee]vent[ _]?[Ii][Dd]|[Ee]rror [Cc]ode|[Ff]ault[ _]?[Cc]ode|ret is"
     r"|E[0-9A-Z][0-9]{4}|ACL_ERROR_|HCCL_E_"
 )
@@ -92,6 +103,7 @@ _GROUP_KIND = {
     "acl": "acl",
     "reason": "runtime_reason",
     "reasonb": "runtime_reason",
+    "reasont": "runtime_reason",
     "errtext": "acl",
     "cann": "cann",
     "hccl": "hccl",

@@ -90,6 +90,17 @@ _HEADERS: tuple[tuple[str, re.Pattern[bytes]], ...] = (
         ),
     ),
     (
+        # Ray's C++ core (src/ray/util/logging.cc, spdlog "[%Y-%m-%d %H:%M:%S,%e %L %P %t] %v":
+        # %L the level's letter, then the pid and the thread), the component it may name and
+        # RAY_LOG's file:line: "[2026-03-01 22:48:01,851 W 6578 6578] rpc_client.h:153: msg",
+        # "[2023-04-12 11:23:25,823 E 946 946] (raylet) gcs_rpc_client.h:533: msg"
+        "ray",
+        regex.compile(
+            rb"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (?P<level>[TDIWEC]) \d{1,10} \d{1,10}\] "
+            rb"(?:\([\w-]{1,40}\) )?(?:(?P<logger>[\w./-]{1,80}:\d+): )?"
+        ),
+    ),
+    (
         # a timestamp then the level: Ray's "%(asctime)s\t%(levelname)s %(filename)s:%(lineno)s
         # -- " (ray/_private/ray_constants.py LOGGER_FORMAT), "%(asctime)s %(levelname)s ..."
         # and "%(asctime)s - %(levelname)s - ..." without a name; the time may be bracketed,
@@ -158,6 +169,9 @@ _LEVELS = {
     b"W": "WARNING",
     b"I": "INFO",
     b"F": "CRITICAL",
+    b"C": "CRITICAL",
+    b"D": "DEBUG",
+    b"T": "DEBUG",
     b"EVENT": "INFO",
     b"WARN": "WARNING",
     b"FATAL": "CRITICAL",
@@ -183,6 +197,18 @@ EXCEPTION = regex.compile(
     rb"(?:\(\w{1,60}(?:Error|Exception)\))?(?:: |:$|$|\(')"
 )
 """A Python exception line: ``RuntimeError: ...``, ``vllm....EngineDeadError: ...``, a repr."""
+MODULE_EXCEPTION = regex.compile(
+    rb"(?:[A-Za-z_]\w{0,60}\.){0,8}(?:(?<=\.)exc|(?<=\.)errors|pkg_resources)\.[A-Z]\w{0,60}"
+    rb"(?:: \S|:?$)"
+)
+"""A class of a package's exception module, whatever its name says, printed alone (no
+traceback before it): ``torch._dynamo.exc.Unsupported: ...`` (torch/_dynamo/exc.py, also
+torch._inductor.exc), ``triton.runtime.errors.OutOfResources: ...`` (triton/runtime/
+errors.py), setuptools' ``pkg_resources.ContextualVersionConflict: ...`` and
+``DistributionNotFound`` (pip's vendored copy too). Proposed to the unrecognised pass by
+the literals ``.exc.``, ``.errors.`` and ``pkg_resources.`` (``MODULE_EXCEPTION_WORDS``), and
+tried only on a line that holds one."""
+MODULE_EXCEPTION_WORDS = (b".exc.", b".errors.", b"pkg_resources.")
 FATAL = regex.compile(
     rb"(?:terminate called|\s*what\(\): |Fatal Python error|Segmentation fault"
     rb"|\*\*\* SIG\w+ received|panic: |thread '[^'\n]{0,80}' panicked at|fatal error: "
@@ -208,7 +234,7 @@ the sentences that announce one (``Error executing method 'x'``, ``Exception in 
 ``Unhandled exception while ...``)."""
 FAILED_CALL = regex.compile(
     rb"[^\n]{0,400}?(?:(?:NPU|HCCL|OPS|DIST|ACL|ATB) function error: "
-    rb"|[Ee]rror ?code(?: is|:|=) ?-?[1-9]|\berrno\[-?[1-9])"
+    rb"|[Ee]rror ?code(?: is| ?[:=]) ?-?[1-9]|\berrno\[-?[1-9])"
 )
 """A native call that failed with a non-zero code (torch_npu's ``NPU function error: <call>,
 error code is N``, ``call aclnnX failed, error code is N``): an error whatever the header
@@ -420,6 +446,8 @@ __all__ = [
     "FATAL",
     "HOST_FAULT",
     "JSON_ERROR",
+    "MODULE_EXCEPTION",
+    "MODULE_EXCEPTION_WORDS",
     "REQUEST_LOG",
     "TRACEBACK",
     "Parsed",

@@ -34,6 +34,8 @@ from ascend_doctor.rules.parse import (
     FATAL,
     HOST_FAULT,
     JSON_ERROR,
+    MODULE_EXCEPTION,
+    MODULE_EXCEPTION_WORDS,
     REQUEST_LOG,
     TRACEBACK,
     Parsed,
@@ -52,7 +54,8 @@ UNIT_KEYS = (
     r"|double free|free\(\)|malloc\(\)|corrupted (?:size|double)|segfault|general protection"
     r"|BUG: |Kernel panic|blocked for more|lockup|LOCKUP|ardware [Ee]rror|Machine check"
     r"|Bus Error|I/O error|EXT4-fs error|AER: Uncorrected|\[(?:error|fatal|critical)\]"
-    r"|\[FUNC:\w|failed|FAILED|undefined reference|has no attribute '"
+    r"|\[FUNC:\w|failed|FAILED|undefined reference|has no attribute '|\.exc\.|\.errors\."
+    r"|Reason: |pkg_resources\."
 )
 """Words of a line that may be an error line; scanned with the rules in one pass. Only a
 prefilter: ``error_units`` parses each line it proposes. glog's header (``E1210 03:24:54.7``,
@@ -85,6 +88,15 @@ not an error, when nothing but its wording says it failed."""
 
 _FALLBACK_WORDS = (b"fall", b"instead", b"retr", b"try again", b"skipp", b"ignor", b"disabl")
 """Words every ``FALLBACK`` phrase holds (lower case): a line with none is searched no more."""
+
+
+def _exception_line(msg: bytes) -> bool:
+    """``msg`` is a Python exception line: a name that says so (``EXCEPTION``), or a class of
+    a package's exception module printed alone (``MODULE_EXCEPTION``, only on a line holding
+    one of ``MODULE_EXCEPTION_WORDS``: most candidate lines hold none)."""
+    if EXCEPTION.match(msg) is not None:
+        return True
+    return any(w in msg for w in MODULE_EXCEPTION_WORDS) and MODULE_EXCEPTION.match(msg) is not None
 
 
 def _ignorable(msg: bytes) -> bool:
@@ -147,12 +159,24 @@ STATED_ERROR = regex.compile(
     rb"|[^\n]{0,40}?\[(?:ERROR|FATAL|CRITICAL)\] \S"
     # a CANN error code that starts a sentence without its colon ("E19999 The opp version of")
     rb"|E[0-9A-Z]\d{4} [A-Z][a-z]"
+    # CANN's error-message texts without their code (hicann/runtime 681ef76
+    # src/dfx/error_manager/error_code.json): "%s failed. Reason: %s.", "The argument is
+    # invalid. Reason: %s" (printed "invalid.Reason:" too), "%s is not supported. Reason:",
+    # "Getting socket times out. Reason:", "Transport init error. Reason:"
+    rb"|[^\n]{0,300}?\b(?:failed|invalid|not supported|times out|error)\. ?Reason: \S"
+    # GNU make's report of a failed recipe ("gmake[3]: *** [CMakeFiles/x.dir/y.o] Error 1")
+    rb"|g?make(?:\[\d{1,4}\])?: \*\*\* \[[^\]\n]{1,300}\] Error \d"
     # an AttributeError's text printed without its name ("module 'torch_npu' has no attribute
     # '_npu_flash_attention'", "'NoneType' object has no attribute 'x'")
     rb"|(?:module|type object|'[\w.]{1,80}' object) '?[\w.]{0,80}'? ?has no attribute '"
 )
 """A line with no logging header that states a failure in one of the forms programs print
 one: an error whatever its header says (none), when no rule knows it."""
+TOOL_ERROR = regex.compile(rb"\s{1,24}(?:ERROR: \S|CMake Error at \S)")
+"""A build tool's error as a nested build indents it: pip's ``  ERROR: Failed building wheel
+for vllm_ascend`` (pip indents the output of the build it runs), CMake's ``CMake Error at
+CMakeLists.txt:14 (project):`` inside pip's or setup.py's output. Indented, so no other form
+reads it; never inside a traceback."""
 CONTINUED_ERROR = regex.compile(
     rb"(?!(?:raise|return|assert|await|yield|self|super|def|if|elif|else|for|while|with|import"
     rb"|from|File|try|except|finally|lambda|print)\b)"
@@ -335,7 +359,7 @@ def error_units(
             if traceback_lines > MAX_TRACEBACK_LINES:
                 traceback_at = -1
         # an exception line may come indented (a chained exception group, a posted quote)
-        is_exception = EXCEPTION.match(msg.lstrip(b" \t|")) is not None or start in late
+        is_exception = _exception_line(msg.lstrip(b" \t|")) or start in late
         if is_exception and traceback_at >= 0:
             request = logged_request or (
                 request_at == traceback_at and REQUEST_LOGGERS.search(p.logger) is not None
@@ -365,6 +389,7 @@ def error_units(
             continue
         if p.level not in ("ERROR", "CRITICAL") and (
             ERROR_WORD.match(msg)
+            or (traceback_at < 0 and TOOL_ERROR.match(msg) is not None)
             or (_may_fail(msg) and FAILED_CALL.match(msg))
             or (b"[FUNC:" in msg and CANN_TRACE.match(msg))
             or (

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from ascend_doctor.core.events import LogChunk, Severity
-from ascend_doctor.rules import Engine, load_rules
+from ascend_doctor.rules import Engine, Rule, load_rules
 
 RULES = load_rules()
 
@@ -111,3 +111,42 @@ def test_wording_means(line: str, category: str) -> None:
 )
 def test_benign_look_alike_is_quiet(line: str) -> None:
     assert categories(line) == set()
+
+
+def _rule(rule_id: str) -> Rule:
+    return next(r for r in RULES.text if r.id == rule_id)
+
+
+def test_a_card_health_line_naming_no_device_plans_no_reset() -> None:
+    # vllm-ascend's Worker.check_health (worker.py, #6681 and later) logs "query NPU card
+    # <local rank> fail: NPU card health status is not OK": the number is a rank, not a
+    # device id, so the finding is device_fault but plans nothing; the npu_smi collector's
+    # npu-smi-health-not-ok reads the card by its id and plans the reset (decision: helper B)
+    line = (
+        "(EngineCore_DP0 pid=201) ERROR 02-11 02:57:23 [worker.py:1105]"
+        " query NPU card 0 fail: NPU card health status is not OK"
+    )
+    assert categories(line) == {"device_fault"}
+    rule = _rule("npu-card-health-not-ok")
+    assert not rule.remediation
+    assert rule.subject == "server"
+    # the same words at INFO (#6681 logged them so) still report, as nothing is planned
+    assert categories(line.replace(" ERROR ", " INFO ")) == {"device_fault"}
+
+
+def test_ray_gcs_unreachable_is_a_link_between_the_nodes() -> None:
+    # Ray's head unreachable from this node is the link between the nodes or the head down,
+    # like torch's rendezvous store (c10d-client-socket-connect-failed): hccl_link_error,
+    # its "Timed out while waiting for GCS" included, as no timeout to raise would help
+    # (decision: helper B); ray-project/ray gcs_rpc_client.h, gcs_utils.py, exceptions.py
+    error = (
+        "[2026-03-01 22:48:01,851 E 6578 6578] gcs_rpc_client.h:151:"
+        " Failed to connect to GCS at address 10.0.0.1:6379 within 5 seconds."
+    )
+    assert categories(error) == {"hccl_link_error"}
+    assert categories(
+        "ray.exceptions.RpcError: Timed out while waiting for GCS to become available."
+    ) == {"hccl_link_error"}
+    # the same words at Ray's W level: a node retrying while the head starts (newer Ray
+    # logs the first attempt as a warning); Ray's C++ header is read for its level
+    assert categories(error.replace(" E 6578 ", " W 6578 ")) == set()

@@ -63,6 +63,35 @@ def test_runtime_reason_texts_name_their_code() -> None:
     assert ("acl", "507014") in codes("rtEventQueryStatus execute failed, reason=[aicore timeout]")
 
 
+def test_the_desc_and_hex_retcode_forms_read_the_reason() -> None:
+    # hicann/runtime errcode_manage.cc GetErrorDesc: "ErrCode=%d, desc=[%s], InnerCode=0x%x"
+    line = (
+        "[ERROR] RUNTIME(846,python):2025-04-23-09:25:08.279.940 [api_c_device.cc:23]846 "
+        "rtGetDeviceCount:ErrCode=507899, desc=[driver error:internal error], InnerCode=0x7020010"
+    )
+    assert [h.printed for h in INDEX.scan(line.encode())] == [
+        "507899",
+        "driver error:internal error",
+    ]
+    # the text names the code when the number beside it is one the catalogue lacks
+    assert codes("rtFoo:ErrCode=999999, desc=[aicore timeout], InnerCode=0x1") == [
+        ("acl", "507014")
+    ]
+    assert codes("ErrCode=507000, desc=[runtime internel error], InnerCode=0x70f0001") == [
+        ("acl", "507000"),
+        ("acl", "507000"),
+    ]
+    # davinci_kernel_task.cc / stream.cc: "retCode=%#x, [%s]" with the TS error's text
+    assert codes("Kernel task happen error, retCode=0x31, [vector core exception].") == [
+        ("acl", "507035")
+    ]
+    assert codes("Stream Synchronize failed, stream_id=3, retCode=0x91, [aicpu timeout].") == [
+        ("acl", "507017")
+    ]
+    # a desc the catalogue does not hold is no code (channel_entity.cpp's statistics line)
+    assert codes("entity statistic info: desc=[queue 3], HcclImprobe=[succ:1, fail:0]") == []
+
+
 def test_other_kinds() -> None:
     assert ("cann", "EL0004") in codes("[PID: 1] 2026-01-01 Memory_Allocation_Failure(EL0004): x")
     assert ("cann", "EI0002") in codes("EI0002: [PID: 13075] 2025-06-25-10:45:23 The wait")

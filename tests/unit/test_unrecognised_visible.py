@@ -145,3 +145,92 @@ def test_a_compiler_worker_reporting_its_parents_exit_is_no_error() -> None:
     line = "[ERROR] TBE Subprocess[task_distribute] raise error[], main process disappeared!"
     assert unknown(line + "\n") == []
     assert unknown("(RayTrainWorker pid=82395) " + line + "\n") == []
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # d-0308, vllm-ascend #1615 (torch._dynamo's graph break, printed with no traceback)
+        "torch._dynamo.exc.Unsupported: call_function DelayGraphBreakVariable() "
+        "[TensorVariable()] {}",
+        # rendered from triton/runtime/errors.py (OutOfResources) and torch/_inductor/exc.py
+        "triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: "
+        "262144, Hardware limit: 196608.",
+        "torch._inductor.exc.LoweringException: AssertionError: x",
+        # d-0195, vllm-ascend #476 (setuptools' pkg_resources, pip's vendored copy)
+        "pip._vendor.pkg_resources.ContextualVersionConflict: (numpy 2.2.4 (/usr/local/lib),"
+        " Requirement.parse('numpy==1.26.4'), {'vllm-ascend'})",
+    ],
+)
+def test_a_class_of_an_exception_module_printed_alone_is_seen(line: str) -> None:
+    # its name says nothing (no Error, Exception, Failed), its module does: '.exc.', '.errors.'
+    assert unknown(line + "\n") == [line]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "INFO 01-01 00:00:00 [x.py:1] torch._dynamo.exc.Unsupported is caught, graph break",
+        '  File "/usr/lib/python3/site-packages/torch/_dynamo/exc.py", line 317, in unimplemented',
+        "see torch._dynamo.exc.Unsupported for the reasons a graph breaks",
+        "errors.Timeout: a bare module is no package's exception module",
+    ],
+)
+def test_a_mention_of_an_exception_module_is_no_error(line: str) -> None:
+    assert unknown(line + "\n") == []
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # d-0832 (hicann/runtime EE1001 reference): CANN's text without its code
+        "The argument is invalid.Reason: Invalid device ID 8. Set drv devId to 8. The valid"
+        " device range is [0, 7).",
+        # d-0842, d-0847 (hicann/runtime error-code reference): "%s failed. Reason: %s."
+        "MemCopySync failed. Reason: The current thread 198840 is in the capture state and the"
+        " current operation cannot be performed.",
+        "rtsIpcMemImportByKey failed. Reason: The driver version capacity is insufficient.",
+        # d-0844 (hicann/runtime FAQ): "error code = N", spaces around the sign
+        "An error occurs on the device(chipId:0, dieId:0), the serial number is 3, the error is"
+        " aivec error error, core id is 0, error code = 95, dump info: pc start: 0x1",
+        # d-0801 (vllm-ascend's installation): GNU make's failed recipe
+        "gmake: *** [Makefile:286: vllm_ascend_C] Error 2",
+    ],
+)
+def test_cann_texts_and_make_failures_without_a_header_are_seen(line: str) -> None:
+    assert unknown(line + "\n") == [line]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Connection closed. Reason: the peer finished its work",
+        "make[1]: Leaving directory '/vllm-workspace/vllm-ascend/build'",
+        "Stream sync failed. Reason: timeout, retrying",
+    ],
+)
+def test_a_reason_that_names_no_failure_is_no_error(line: str) -> None:
+    assert unknown(line + "\n") == []
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # d-0804, d-0806 (vllm-ascend's installation): a nested build indents pip's and
+        # CMake's errors
+        "  ERROR: Failed building wheel for vllm_ascend",
+        "      CMake Error at CMakeLists.txt:14 (project):",
+    ],
+)
+def test_a_build_tools_indented_error_is_seen(line: str) -> None:
+    assert unknown(line + "\n") == [line.strip()]
+
+
+def test_an_indented_error_word_inside_a_traceback_is_part_of_it() -> None:
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "setup.py", line 3, in <module>\n'
+        '    ERROR: "quoted source"\n'
+        "ValueError: bad\n"
+    )
+    assert len(unknown(text)) == 1
