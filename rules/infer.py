@@ -104,20 +104,29 @@ class Guess:
 
 @dataclass(frozen=True)
 class Model:
-    """Log-probabilities of each token per class (uniform class prior)."""
+    """Log-probabilities of each token per class (uniform class prior), and the token sets of
+    the unrecognised class's documents."""
 
     classes: tuple[str, ...]
     logp: dict[str, tuple[float, ...]]
     """token -> log P(token | class), per class in ``classes`` order."""
     unseen: tuple[float, ...]
     """log P of a token of the vocabulary never seen in a class."""
+    negatives: frozenset[frozenset[str]] = frozenset()
+    """The tokens of each document of the unrecognised class: a text of exactly these tokens
+    is unrecognised, whatever the smoothed counts say (a rule's ``no_match`` example, which
+    the pack says outright is not that rule's, can otherwise be outvoted by its family's
+    common words: ``KeyError: 'model.layers.3.mlp'`` by model_config_error's "model")."""
 
     @classmethod
     def fit(cls, docs: Iterable[tuple[str, frozenset[str]]], alpha: float = 0.5) -> Model:
         """Train on (class, tokens) documents."""
         counts: dict[str, Counter[str]] = {}
+        negatives: set[frozenset[str]] = set()
         for label, toks in docs:
             counts.setdefault(label, Counter()).update(toks)
+            if label == UNRECOGNISED:
+                negatives.add(toks)
         classes = tuple(sorted(counts))
         vocab = sorted(set().union(*counts.values())) if counts else []
         v = len(vocab)
@@ -127,13 +136,14 @@ class Model:
             for t in vocab
         }
         unseen = tuple(math.log(alpha / total) for total in totals)
-        return cls(classes, logp, unseen)
+        return cls(classes, logp, unseen, frozenset(negatives))
 
     def predict(self, text: str | frozenset[str]) -> Guess:
-        """The most likely class of ``text`` (or its tokens) and its posterior."""
+        """The most likely class of ``text`` (or its tokens) and its posterior; unrecognised
+        with confidence 0 for the tokens of a document of the unrecognised class."""
         toks = tokens(text) if isinstance(text, str) else text
         known = [t for t in toks if t in self.logp]
-        if not known or not self.classes:
+        if not known or not self.classes or toks in self.negatives:
             return Guess(UNRECOGNISED, 0.0, ())
         scores = [0.0] * len(self.classes)
         for t in known:
@@ -154,14 +164,21 @@ class Model:
     def dump(self) -> bytes:
         """The model as the cache holds it."""
         vocab = sorted(self.logp)
-        return marshal.dumps((self.classes, vocab, [self.logp[t] for t in vocab], self.unseen))
+        negatives = sorted(sorted(n) for n in self.negatives)
+        rows = [self.logp[t] for t in vocab]
+        return marshal.dumps((self.classes, vocab, rows, self.unseen, negatives))
 
     @classmethod
     def load(cls, blob: bytes) -> Model | None:
         """A model from :meth:`dump`'s bytes, or None when they are not one."""
         try:
-            classes, vocab, rows, unseen = marshal.loads(blob)
-            model = cls(tuple(classes), dict(zip(vocab, rows, strict=True)), tuple(unseen))
+            classes, vocab, rows, unseen, negatives = marshal.loads(blob)
+            model = cls(
+                tuple(classes),
+                dict(zip(vocab, rows, strict=True)),
+                tuple(unseen),
+                frozenset(frozenset(n) for n in negatives),
+            )
         except (ValueError, TypeError, EOFError):
             return None
         n = len(model.classes)

@@ -35,6 +35,7 @@ from ascend_doctor.rules.infer import (
     PREFIX,
     THRESHOLD,
     UNRECOGNISED,
+    Guess,
     Model,
     as_unrecognised,
     is_inferred,
@@ -174,6 +175,27 @@ def test_a_text_of_no_known_word_is_left_unrecognised() -> None:
     model = Model.fit([(c, t) for _, c, t in train_docs(RULES.text)])
     guess = model.predict("zzqx wvvk")
     assert (guess.category, guess.confidence, guess.why) == (UNRECOGNISED, 0.0, ())
+
+
+TOY = [
+    ("hccl_timeout", frozenset({"hccl", "watchdog", "timeout", "collective", "operation"})),
+    ("npu_oom", frozenset({"npu", "out", "memory", "tried", "allocate"})),
+    (UNRECOGNISED, frozenset({"tensors", "must", "be", "contiguous", "runtime"})),
+]
+
+
+def test_the_tokens_of_a_no_match_example_are_unrecognised() -> None:
+    """A pack's no_match line trains the unrecognised class; a text of exactly its tokens is
+    unrecognised even where its family's common words outweigh it: the rule's no_match
+    ``KeyError: 'model.layers.3.mlp'`` says a missing key is not a checkpoint mismatch."""
+    negative = TOY[-1][1]
+    model = Model.fit([*TOY, ("npu_oom", negative), ("npu_oom", negative)])
+    assert model.predict(negative) == Guess(UNRECOGNISED, 0.0, ())
+    assert model.predict(negative | {"npu"}).category == "npu_oom"
+    keyerror = "KeyError: 'model.layers.3.mlp'"
+    (f,) = scan(keyerror)
+    assert (f.rule, f.category) == ("unrecognised", Category.UNRECOGNISED)
+    assert any(keyerror in r.examples.get("no_match", ()) for r in RULES.text)
 
 
 def test_an_inferred_finding_names_no_cause_in_the_chain() -> None:
