@@ -1,15 +1,17 @@
 """Would a lexical classifier name the family of an unexplained error? (issue 14)
 
-    python bench/infer_cv.py [--alpha A] [--json]
+    python bench/infer_cv.py [--alpha A] [--evidence E] [--min-tokens N] [--dev-negatives]
+                             [--json] [--verbose]
 
 Offline, on development data only: leave-one-rule-out cross-validation of a naive Bayes
 classifier over the tokens of an error (lower-cased words, exception names and their parts,
-CANN code prefixes; rules/infer.py), trained on the rule packs' ``examples: match`` lines
-(each labelled with its rule's category) and an ``unrecognised`` class: the text of every
-error unit that the whole engine reports as ``unrecognised`` among the packs' ``no_match``
-examples (what the packs alone hold: the doctor trains it so from whatever rules it loads,
-rules/infer.py; ``--dev-negatives`` adds the development corpus's ``unrecognised`` and
-benign lines).
+CANN code prefixes; rules/infer.py, whose posterior weighs ``n`` tokens as ``EVIDENCE *
+sqrt(n)`` independent ones and names no family from fewer than ``MIN_TOKENS``), trained on the
+rule packs' ``examples: match`` lines (each labelled with its rule's category) and an
+``unrecognised`` class: the text of every error unit that the whole engine reports as
+``unrecognised`` among the packs' ``no_match`` examples (what the packs alone hold: the doctor
+trains it so from whatever rules it loads, rules/infer.py; ``--dev-negatives`` adds the
+development corpus's ``unrecognised`` and benign lines).
 
 For each text rule R: the classifier is trained without R's examples, and an engine without R
 scans R's ``match`` examples and the development failure lines of R's category that R
@@ -27,29 +29,48 @@ unit of one failed request (vLLM's serving modules) is never classified.
 
 Never reads ``tests/corpus/heldout/``. A benchmark: it always exits 0.
 
-Measured 2026-12-07 (260 text rules; alpha 0.5): 590 cases stay unrecognised without their
-rule (316 more are covered by another rule, 179 are in no error unit once their rule is
-gone); negatives: 8 units of development lines labelled unrecognised, 20 of the packs'
-no_match examples, 0 of benign lines (none becomes an unrecognised finding).
+Measured 2026-12-07 (263 text rules; alpha 0.5, evidence 4, min tokens 5): 728 cases stay
+unrecognised without their rule (329 more are covered by another rule, 145 are in no error
+unit once their rule is gone); negatives: 8 units of development lines labelled unrecognised,
+24 of the packs' no_match examples, 0 of benign lines (none becomes an unrecognised finding).
 
     threshold  right  wrong  stays  false  score  false by group
-          0.5    360    179     51     24    -46  {'dev-unrecognised': 5, 'pack-no_match': 19}
-          0.6    343    158     89     22    -17  {'dev-unrecognised': 4, 'pack-no_match': 18}
-          0.7    329    137    124     16     23  {'dev-unrecognised': 2, 'pack-no_match': 14}
-          0.8    302    110    178     11     60  {'pack-no_match': 11}
-          0.9    266     87    237     10     72  {'pack-no_match': 10}
-         0.95    236     73    281      7     76  {'pack-no_match': 7}
-         0.98    213     53    324      7     93  {'pack-no_match': 7}
-         0.99    188     48    354      7     78  {'pack-no_match': 7}
-        0.995    170     34    386      7     88  {'pack-no_match': 7}
-        0.999    112     26    452      2     56  {'pack-no_match': 2}
+          0.5    444    216     68     20    -28  {'dev-unrecognised': 3, 'pack-no_match': 17}
+          0.6    425    191    112     19      5  {'dev-unrecognised': 3, 'pack-no_match': 16}
+          0.7    420    169    139     18     46  {'dev-unrecognised': 2, 'pack-no_match': 16}
+          0.8    392    139    197     17     80  {'dev-unrecognised': 2, 'pack-no_match': 15}
+          0.9    352    104    272     13    118  {'dev-unrecognised': 2, 'pack-no_match': 11}
+         0.95    338     85    305     12    144  {'dev-unrecognised': 1, 'pack-no_match': 11}
+         0.97    320     65    343      9    172  {'pack-no_match': 9}
+         0.98    309     55    364      9    181  {'pack-no_match': 9}
+        0.985    301     50    377      9    183  {'pack-no_match': 9}
+         0.99    286     48    394      9    172  {'pack-no_match': 9}
+        0.995    245     45    438      8    139  {'pack-no_match': 8}
+        0.999    196     33    499      7    116  {'pack-no_match': 7}
+       0.9999    132     19    577      6     82  {'pack-no_match': 6}
 
-Chosen: 0.98, right 213 / wrong 53 (4.0 : 1) and 7 false inferences, none on a development
-line labelled unrecognised. Most wrong guesses are a neighbouring family (hccl_timeout for
-hccl_link_error and back, kv_cache_insufficient for model_config_error or device_busy,
-npu_oom for host_oom). Alpha 0.1 / 0.25 / 1.0 scored 76 / 89 / 84 at their best thresholds;
-word bigrams 87 (at 0.995); training the unrecognised class on the development negatives too
-(``--dev-negatives``) 92.
+Chosen: 0.985, right 301 / wrong 50 (6.0 : 1) and 9 false inferences, none on a development
+line labelled unrecognised (all 9 are packs' no_match lines, each classified without itself:
+'Connection reset by peer' as hccl_link_error, 'Invalid device ID 8' as device_unavailable,
+...). On the same rules the plain naive Bayes posterior (each token independent evidence, no
+floor, before a text of a no_match unit's tokens was kept unrecognised) scored 147 at 0.98:
+right 271 / wrong 54 / false 8 (149 with that lookup: ``--evidence 0 --min-tokens 1``). With
+the weighting and the lookup and no floor, 190 (right 312 / wrong 51 / false 10); the
+five-token floor costs 7 (187 with ``--min-tokens 4``, 183 with 5, 168 with 6) for one false
+inference fewer and no family named from four words (two such lines of the unrecognised pass's
+tests would be). At their best thresholds: evidence 3 / 5 score 183 / 186, alpha 0.25 / 1.0
+165 / 157, ``--dev-negatives`` 183. Tried with the weighting on the 261 rules of earlier the
+same day (where it scored 178 with no floor or lookup, the plain posterior 144) and kept out:
+the CANN module of a plog header or the header's source file as tokens (173 each), the full
+CANN code beside its prefix (178), the exception's type name as a token of its own (172), word
+bigrams (161), English stop-words dropped (159), a margin between the top two classes (178:
+the weighted posterior already is one); complement naive Bayes (78 unweighted), Dirichlet or
+Jelinek-Mercer smoothing towards the corpus's token frequencies (99 at best), Bernoulli naive
+Bayes (40), every class's counts scaled to one mass (161) or each rule's examples weighed by
+one over the square root of their number (151), and training on the development failure lines
+too, their rule's lines left out (141). Most wrong guesses are still a neighbouring family
+(hccl_timeout for hccl_link_error and back, kv_cache_insufficient for model_config_error or
+device_busy, npu_oom for host_oom, graph_capture_error for model_config_error).
 """
 
 from __future__ import annotations
@@ -68,13 +89,22 @@ from corpus import KIND_PATH, load_entries
 from ascend_doctor.collectors.logs import read_chunks, source_kind
 from ascend_doctor.core.events import Category, Severity
 from ascend_doctor.rules import Engine, RuleSet, load_rules
-from ascend_doctor.rules.infer import ALPHA, Model, kind_of, tokens, train_docs, unit_text
+from ascend_doctor.rules.infer import (
+    ALPHA,
+    EVIDENCE,
+    MIN_TOKENS,
+    Model,
+    kind_of,
+    tokens,
+    train_docs,
+    unit_text,
+)
 from ascend_doctor.rules.unrecognised import error_units
 
 ROOT = Path(__file__).resolve().parent.parent
 DEV = ROOT / "tests" / "corpus" / "dev"
 UNREC = Category.UNRECOGNISED.value
-THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995, 0.999)
+THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.97, 0.98, 0.985, 0.99, 0.995, 0.999, 0.9999)
 
 
 @dataclass(frozen=True)
@@ -109,6 +139,18 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--alpha", type=float, default=ALPHA, help="Laplace smoothing")
     ap.add_argument(
+        "--evidence",
+        type=float,
+        default=EVIDENCE,
+        help="n tokens weigh as EVIDENCE x sqrt(n) independent ones (0: every token independent)",
+    )
+    ap.add_argument(
+        "--min-tokens",
+        type=int,
+        default=MIN_TOKENS,
+        help="known tokens a text needs to be classified at all",
+    )
+    ap.add_argument(
         "--dev-negatives",
         action="store_true",
         help="also train the unrecognised class on the development corpus's negatives",
@@ -116,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--verbose", action="store_true", help="list every classified case")
     args = ap.parse_args(argv)
+    evidence = args.evidence or None
     rules = load_rules()
     failures = load_entries(DEV / "failures.jsonl", "", failures=True)
     benign = load_entries(DEV / "benign.jsonl", "", failures=False)
@@ -177,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
                 invisible += 1
                 continue
             # the entry's best inference among its units (as accuracy.py scores an entry)
-            guesses = [m.predict(t) for t in texts]
+            guesses = [m.predict(t, evidence, args.min_tokens) for t in texts]
             results.append(
                 {
                     "rule": r.id,
@@ -190,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     # negatives: leave one out
     neg_results = []
     for i, (t, origin, group) in enumerate(negatives):
-        g = model(skip_negative=i).predict(t)
+        g = model(skip_negative=i).predict(t, evidence, args.min_tokens)
         neg_results.append(
             {
                 "origin": origin,
@@ -230,6 +273,8 @@ def main(argv: list[str] | None = None) -> int:
     groups = Counter(n["group"] for n in neg_results)
     summary = {
         "alpha": args.alpha,
+        "evidence": args.evidence,
+        "min_tokens": args.min_tokens,
         "rules": len(rules.text),
         "positive_cases": len(results),
         "covered_by_another_rule": covered,
@@ -242,7 +287,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(summary, indent=2))
         return 0
     print(
-        f"alpha {args.alpha}; {len(rules.text)} text rules; {len(results)} cases left unrecognised"
+        f"alpha {args.alpha}, evidence {args.evidence}, min tokens {args.min_tokens};"
+        f" {len(rules.text)} text rules; {len(results)} cases left unrecognised"
         f" without their rule ({covered} covered by another rule, {invisible} in no error unit);"
         f" negatives {dict(groups)}"
     )

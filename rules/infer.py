@@ -4,17 +4,20 @@ A multinomial naive Bayes classifier over the tokens of an error unit (lower-cas
 the parts of a CamelCase or snake_case name, CANN error-code prefixes such as ``EI`` or
 ``EJ``), trained on the loaded rules' own ``examples: match`` lines, each labelled with its
 rule's category, and an ``unrecognised`` class: the error units that the rules' ``no_match``
-examples become when the engine reports them as unrecognised. When its posterior passes
-``THRESHOLD`` an unrecognised finding carries the likely category, marked inferred: rule
+examples become when the engine reports them as unrecognised. Its posterior weighs the ``n``
+tokens of a text as ``EVIDENCE * sqrt(n)`` independent ones (the words of an error come
+together: summed as independent, every long block would look certain), and it names no
+family from fewer than ``MIN_TOKENS`` of them. When that posterior passes ``THRESHOLD`` an
+unrecognised finding carries the likely category, marked inferred: rule
 ``inferred:<category>``, role symptom, no remediation, its summary naming the tokens it was
 inferred from. It ranks after every rule-based cause and before plain unrecognised errors
 (``diagnose``), and the doctor files it as an unrecognised incident (never remediated, never
 paged as the category it names).
 
-``THRESHOLD`` and ``ALPHA`` were chosen by leave-one-rule-out cross-validation on the
-development data only (``bench/infer_cv.py``, whose docstring holds the table). The model is
-built once per rule set and kept in the cache (:mod:`core.cache`); nothing of it is made
-until the first unrecognised error of a run.
+``THRESHOLD``, ``EVIDENCE``, ``MIN_TOKENS`` and ``ALPHA`` were chosen by leave-one-rule-out
+cross-validation on the development data only (``bench/infer_cv.py``, whose docstring holds
+the table). The model is built once per rule set and kept in the cache (:mod:`core.cache`);
+nothing of it is made until the first unrecognised error of a run.
 """
 
 from __future__ import annotations
@@ -38,10 +41,28 @@ UNRECOGNISED = "unrecognised"
 PREFIX = "inferred:"
 """The rule of an inferred finding is this prefix and the category it names (rules/ranking.py
 knows it as ``INFERRED``: the engine's import does not load the ranking)."""
-THRESHOLD = 0.98
-"""Posterior a guess needs to be kept (bench/infer_cv.py: max right - 2 x wrong)."""
+THRESHOLD = 0.985
+"""Confidence a guess needs to be kept (bench/infer_cv.py: max right - 2 x (wrong + false)
+over its thresholds, with ``EVIDENCE`` and ``ALPHA`` as they are)."""
 ALPHA = 0.5
-"""Laplace smoothing of the token counts."""
+"""Laplace smoothing of the token counts (bench/infer_cv.py: 0.25 and 1.0 score lower)."""
+EVIDENCE = 4.0
+"""The ``n`` known tokens of a text weigh as ``EVIDENCE * sqrt(n)`` independent ones. Naive
+Bayes adds every token's log-likelihood as if each were independent evidence, but the words
+of an error are not: a template's words come together, a compound name comes with its parts,
+a CANN block repeats its module's vocabulary. Summed as independent, a long block gets a
+posterior of 0.99999 for whichever family it resembles most while a short exception line
+barely passes any threshold, so one threshold cannot tell right guesses from wrong ones. The
+summed log-likelihoods are scaled by ``EVIDENCE / sqrt(n)`` before the posterior: the ranking
+of the classes for one text is unchanged, its confidence grows with the mean evidence per
+token and with the square root of their number (bench/infer_cv.py: exponents 0.4 to 0.7 of
+``n`` scored alike, 0 and 1 lower; ``EVIDENCE`` 3 to 5 score alike at their best thresholds)."""
+MIN_TOKENS = 5
+"""Fewer known tokens than this are never enough to name a family: four words weigh as eight
+(``EVIDENCE / sqrt(4)``), enough to name one for another server's ``Engine loop failed`` or a
+driver's ``session close failed`` (lines of the unrecognised pass's tests, of no family the
+doctor remediates). bench/infer_cv.py holds few such short negatives: it scores 190 with no
+floor, 187 with 4 (one false inference fewer), 183 with 5 and 168 with 6."""
 
 _WORD = regex.compile(r"[A-Za-z][A-Za-z0-9]*")
 _CAMEL = regex.compile(r"[A-Z]{2,}(?=[A-Z][a-z]|\d|$)|[A-Z]?[a-z]+|[A-Z]+|\d+")
@@ -97,7 +118,7 @@ class Guess:
     category: str
     """The most likely class (``unrecognised`` included)."""
     confidence: float
-    """Its posterior probability."""
+    """Its posterior probability, the tokens' evidence weighed as ``EVIDENCE`` says."""
     why: tuple[str, ...]
     """The tokens that weigh most for it against the runner-up."""
 
@@ -138,17 +159,27 @@ class Model:
         unseen = tuple(math.log(alpha / total) for total in totals)
         return cls(classes, logp, unseen, frozenset(negatives))
 
-    def predict(self, text: str | frozenset[str]) -> Guess:
-        """The most likely class of ``text`` (or its tokens) and its posterior; unrecognised
-        with confidence 0 for the tokens of a document of the unrecognised class."""
+    def predict(
+        self,
+        text: str | frozenset[str],
+        evidence: float | None = EVIDENCE,
+        least: int = MIN_TOKENS,
+    ) -> Guess:
+        """The most likely class of ``text`` (or its tokens) and its posterior, the summed
+        log-likelihoods of its ``n`` known tokens scaled by ``evidence / sqrt(n)`` (None: the
+        plain naive Bayes posterior, every token independent evidence); unrecognised with
+        confidence 0 below ``least`` known tokens."""
         toks = tokens(text) if isinstance(text, str) else text
         known = [t for t in toks if t in self.logp]
-        if not known or not self.classes or toks in self.negatives:
+        if len(known) < max(least, 1) or not self.classes or toks in self.negatives:
             return Guess(UNRECOGNISED, 0.0, ())
         scores = [0.0] * len(self.classes)
         for t in known:
             for i, lp in enumerate(self.logp[t]):
                 scores[i] += lp
+        if evidence is not None:
+            weight = evidence / math.sqrt(len(known))
+            scores = [s * weight for s in scores]
         top = max(scores)
         weights = [math.exp(s - top) for s in scores]
         best = max(range(len(scores)), key=scores.__getitem__)
@@ -311,6 +342,8 @@ def as_unrecognised(finding: Finding) -> Finding:
 
 __all__ = [
     "ALPHA",
+    "EVIDENCE",
+    "MIN_TOKENS",
     "PREFIX",
     "THRESHOLD",
     "UNRECOGNISED",

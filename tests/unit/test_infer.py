@@ -9,6 +9,7 @@ the way a line of a wording no rule knows does.
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,8 @@ from ascend_doctor.core.events import Category, Finding, LogChunk, Role
 from ascend_doctor.core.store import Store
 from ascend_doctor.rules import Engine, RuleSet, load_rules
 from ascend_doctor.rules.infer import (
+    EVIDENCE,
+    MIN_TOKENS,
     PREFIX,
     THRESHOLD,
     UNRECOGNISED,
@@ -179,9 +182,45 @@ def test_a_text_of_no_known_word_is_left_unrecognised() -> None:
 
 TOY = [
     ("hccl_timeout", frozenset({"hccl", "watchdog", "timeout", "collective", "operation"})),
+    ("hccl_timeout", frozenset({"hccl", "timeout", "notify", "wait", "task"})),
     ("npu_oom", frozenset({"npu", "out", "memory", "tried", "allocate"})),
+    ("npu_oom", frozenset({"npu", "memory", "allocate", "failed", "device"})),
     (UNRECOGNISED, frozenset({"tensors", "must", "be", "contiguous", "runtime"})),
 ]
+
+
+def test_n_tokens_weigh_as_evidence_times_their_square_root() -> None:
+    """The same ranking as the plain posterior, with the summed log-likelihoods scaled by
+    EVIDENCE / sqrt(n): surer than independent tokens would make it below 16 tokens, less
+    sure above, where its words repeat one another."""
+    model = Model.fit(TOY)
+    toks = frozenset({"hccl", "watchdog", "timeout", "task", "wait", "collective", "operation"})
+    plain, weighed = model.predict(toks, None), model.predict(toks)
+    assert plain.category == weighed.category == "hccl_timeout" and plain.why == weighed.why
+    scores = [sum(model.logp[t][i] for t in toks) for i in range(len(model.classes))]
+    scaled = [s * EVIDENCE / math.sqrt(len(toks)) for s in scores]
+    best = model.classes.index("hccl_timeout")
+    want = 1 / sum(math.exp(s - scaled[best]) for s in scaled)
+    assert weighed.confidence == pytest.approx(want)
+    assert weighed.confidence > plain.confidence  # 7 tokens weigh as 4 sqrt(7) > 7
+    model = Model.fit(
+        [(c, frozenset(f"{c}{i}" for i in range(30))) for c in ("npu_oom", "host_oom")]
+    )
+    text = frozenset({f"npu_oom{i}" for i in range(20)} | {f"host_oom{i}" for i in range(15)})
+    plain, weighed = model.predict(text, None), model.predict(text)
+    assert plain.category == weighed.category == "npu_oom"
+    assert plain.confidence > weighed.confidence > 0.5  # 35 tokens weigh as 4 sqrt(35) < 35
+
+
+def test_too_few_known_words_name_no_family() -> None:
+    model = Model.fit(TOY)
+    few = frozenset({"hccl", "watchdog", "timeout", "collective"} | {"zzqx"})  # one unknown
+    assert MIN_TOKENS == 5 and model.predict(few) == Guess(UNRECOGNISED, 0.0, ())
+    assert model.predict(few, least=4).category == "hccl_timeout"
+    # what the floor keeps out: four words of another server's log weighed as eight
+    lmdeploy = "2025-06-01 10:00:00,123 - lmdeploy - ERROR - engine.py:100 - Engine loop failed: x"
+    (f,) = scan(lmdeploy)
+    assert (f.rule, f.category) == ("unrecognised", Category.UNRECOGNISED)
 
 
 def test_the_tokens_of_a_no_match_example_are_unrecognised() -> None:
@@ -190,8 +229,8 @@ def test_the_tokens_of_a_no_match_example_are_unrecognised() -> None:
     ``KeyError: 'model.layers.3.mlp'`` says a missing key is not a checkpoint mismatch."""
     negative = TOY[-1][1]
     model = Model.fit([*TOY, ("npu_oom", negative), ("npu_oom", negative)])
-    assert model.predict(negative) == Guess(UNRECOGNISED, 0.0, ())
-    assert model.predict(negative | {"npu"}).category == "npu_oom"
+    assert model.predict(negative, least=1) == Guess(UNRECOGNISED, 0.0, ())
+    assert model.predict(negative | {"npu"}, least=1).category == "npu_oom"
     keyerror = "KeyError: 'model.layers.3.mlp'"
     (f,) = scan(keyerror)
     assert (f.rule, f.category) == ("unrecognised", Category.UNRECOGNISED)
