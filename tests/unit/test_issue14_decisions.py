@@ -150,3 +150,46 @@ def test_ray_gcs_unreachable_is_a_link_between_the_nodes() -> None:
     # the same words at Ray's W level: a node retrying while the head starts (newer Ray
     # logs the first attempt as a warning); Ray's C++ header is read for its level
     assert categories(error.replace(" E 6578 ", " W 6578 ")) == set()
+
+
+def test_missing_chat_template_is_the_model_config_even_in_one_refused_request() -> None:
+    # A refused request (a 4xx error body) is otherwise info, one bad request; a tokenizer
+    # without a chat template refuses every chat request until --chat-template is given, so
+    # the body carrying those words is the model's configuration (decision: helper A);
+    # vllm-project/vllm vllm/entrypoints/chat_utils.py, transformers tokenization_utils_base.py
+    words = (
+        "As of transformers v4.44, default chat template is no longer allowed, so you must"
+        " provide a chat template if the tokenizer does not define one."
+    )
+    assert categories(f"ValueError: {words}") == {"model_config_error"}
+    body = (
+        '{"object":"error","message":"' + words + '","type":"BadRequestError",'
+        '"param":null,"code":400}'
+    )
+    assert categories(body) == {"model_config_error"}
+    # the same words at WARNING are no failure
+    assert categories(f"WARNING 05-01 10:00:00 [api_server.py:1] {words}") == set()
+
+
+def test_pip_resolver_giving_up_is_the_environment() -> None:
+    # pip's resolver refusing a set of versions is a version mismatch of the stack, whether
+    # it names the pair or only its exception (decision: helper A); vllm-project/vllm-ascend#446,
+    # pip src/pip/_internal/resolution/resolvelib/factory.py
+    assert categories(
+        "ERROR: Cannot install torch-npu==2.5.1rc1 and torch>=2.5.1 because these package"
+        " versions have conflicting dependencies."
+    ) == {"env_mismatch"}
+    assert categories(
+        "ERROR: ResolutionImpossible: for help visit"
+        " https://pip.pypa.io/en/latest/topics/dependency-resolution/"
+        "#dealing-with-dependency-conflicts"
+    ) == {"env_mismatch"}
+
+
+def test_numpy_array_allocation_failure_is_host_memory() -> None:
+    # numpy's _ArrayMemoryError is a host (CPU) allocation, never the NPU's (decision:
+    # helper A); numpy numpy/_core/_exceptions.py
+    assert categories(
+        "numpy.core._exceptions._ArrayMemoryError: Unable to allocate 1.00 GiB for an array"
+        " with shape (1024, 1024, 256) and data type float32"
+    ) == {"host_oom"}
