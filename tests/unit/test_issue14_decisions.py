@@ -193,3 +193,24 @@ def test_numpy_array_allocation_failure_is_host_memory() -> None:
         "numpy.core._exceptions._ArrayMemoryError: Unable to allocate 1.00 GiB for an array"
         " with shape (1024, 1024, 256) and data type float32"
     ) == {"host_oom"}
+
+
+def test_torch_npu_refusing_an_environment_value_is_the_serving_configuration() -> None:
+    # torch_npu's start-up check of its own environment variables names a value the operator
+    # set, like HCCL's EI0001 (hccl-env-config-invalid): model_config_error, not env_mismatch
+    # (nothing is missing or of another release) (decision: helper A); Ascend/pytorch
+    # torch_npu/csrc/core/npu/register/OptionsManager.cpp
+    assert categories("RuntimeError: ASCEND_LAUNCH_BLOCKING should be 0 or 1.") == {
+        "model_config_error"
+    }
+    assert categories("RuntimeError: P2P_HCCL_BUFFSIZE cannot be negative.") == {
+        "model_config_error"
+    }
+    # its warning that falls back to the default is no failure
+    assert (
+        categories(
+            "[W1207 09:31:29.123456789 OptionsManager.cpp:182] Warning: Get env HCCL_EXEC_TIMEOUT"
+            " less than 0, so reset it to the default value. (function operator())"
+        )
+        == set()
+    )
