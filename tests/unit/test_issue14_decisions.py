@@ -214,3 +214,30 @@ def test_torch_npu_refusing_an_environment_value_is_the_serving_configuration() 
         )
         == set()
     )
+
+
+def test_hccl_run_failed_is_a_link_error_and_its_timeout_tag_a_timeout() -> None:
+    """hcomm's task_exception_handler.cc tags a failed task [RunFailed] (an SDMA error, a
+    notify that never came from a dead peer: the link) and a notify wait that ran out of time
+    [Timeout]: the tag, not the shared sentence, decides the family."""
+    head = (
+        "[ERROR] HCCL(2817,python3):2026-03-01-10:11:12.123.456 [task_exception_handler.cc:121]"
+        " [3154][TaskExecStage]"
+    )
+    tail = "[AICPU] Task from HCCL run failed."
+    assert categories(head + "[RunFailed]" + tail, "plog") == {"hccl_link_error"}
+    assert categories(head + "[Timeout]" + tail, "plog") == {"hccl_timeout"}
+
+
+def test_el0001_stays_a_device_fault_not_an_unmapped_device_id() -> None:
+    """EL0001 (Device_Absent/Abnormal, hicann/runtime error_code.json) is the device itself
+    gone or broken, a device fault; the family-level device-id rule (an index out of range, a
+    logical id with no physical one) is the configuration's, device_unavailable."""
+    assert categories(
+        "EL0001: [PID: 1234] 2026-03-01-10:11:12.123.456 Device not found or invalid."
+    ) == {"device_fault"}
+    assert categories(
+        "[ERROR] RUNTIME(1234,python3):2026-03-01-10:11:12.123.456 [api_impl.cc:100] 1234"
+        " Invalid device id, deviceId=9, valid range is [0,8).",
+        "plog",
+    ) == {"device_unavailable"}
