@@ -11,34 +11,32 @@ the same bytes: the number never depends on which one ran.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
 LONG = 1 << 16
 """A range at least this long is counted by StringZilla when it is installed."""
 
-_simd: Callable[..., int] | None = None
-_loaded = False
 
-
-def _load() -> Callable[..., int] | None:
-    global _simd, _loaded
-    _loaded = True
+@functools.cache
+def _simd() -> Callable[..., int] | None:
+    """StringZilla's count, imported once on the first long range; None without it."""
     try:
         import stringzilla
     except ImportError:  # no wheel for this platform: bytes.count gives the same numbers
         return None
-    _simd = stringzilla.count
-    return _simd
+    count: Callable[..., int] = stringzilla.count
+    return count
 
 
 def count(data: bytes | Any, start: int = 0, end: int | None = None) -> int:
     """The newlines of ``data[start:end]`` (``start`` and ``end`` within the buffer, as
     ``bytes.count`` reads them)."""
     stop = len(data) if end is None else min(end, len(data))
-    if stop - start >= LONG:
-        simd = _simd if _loaded else _load()
-        if simd is not None and start >= 0:
+    if stop - start >= LONG and start >= 0:
+        simd = _simd()
+        if simd is not None:
             return simd(data, b"\n", start, stop)
     return int(data.count(b"\n", start, stop))
 
