@@ -201,8 +201,9 @@ class Ledger:
 
 @dataclass(frozen=True, slots=True)
 class InFlight:
-    """A remediation action that changes the server or a device, while it runs: a doctor
-    that dies in it leaves this behind, and the next one records it as interrupted."""
+    """A remediation action that changes the server or a device, from before it acts until
+    its step is counted: a doctor that dies in it leaves this behind, and the next one
+    records it as interrupted (or, when its outcome was recorded, counts the step)."""
 
     incident_id: int
     """The incident it acts for."""
@@ -212,6 +213,8 @@ class InFlight:
     """The device it acts on (a reset), None for the server."""
     started_at: float
     """Wall time it began."""
+    step: int = -1
+    """The incident's step when it began (-1: a record from before this was kept)."""
 
 
 def encode(record: Any) -> Any:

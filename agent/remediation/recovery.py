@@ -4,7 +4,8 @@ A server it left running is stopped (two on one port would fight; adopting one w
 its output pipe, which died with the doctor). An action it died in is recorded as interrupted
 (outcome unknown); a device it was resetting is waited for until npu-smi says it is healthy
 (never a server started on a card still in reset); the incident goes to a human instead of
-staying open for ever."""
+staying open for ever. An action that finished, its outcome recorded, before the doctor could
+count its step has the step counted now: the plan goes on with the next recurrence."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from ascend_doctor.agent.remediation.context import Context
 from ascend_doctor.core.errors import CollectorError, StoreError
 from ascend_doctor.core.events import ACTIVE_STATES, Outcome
 from ascend_doctor.core.procs import stop_leftover
+from ascend_doctor.core.records import InFlight
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +43,15 @@ async def recover(ctx: Context, incidents: IncidentManager, record: Record) -> N
         return
     if flight is None:
         return
+    finished = [
+        a
+        for a in ctx.store.actions(flight.incident_id)
+        if a.name == flight.action and a.at >= flight.started_at
+    ]
+    if finished:
+        _count_step(ctx, incidents, flight, finished[-1].outcome, finished[-1].reason)
+        ctx.store.set_inflight(None)
+        return
     when = time.strftime("%H:%M:%S", time.localtime(flight.started_at))
     why = f"interrupted: the doctor stopped while {flight.action} ran (since {when})"
     log.error("incident %d: %s", flight.incident_id, why)
@@ -59,6 +70,30 @@ async def recover(ctx: Context, incidents: IncidentManager, record: Record) -> N
     if inc.state in ACTIVE_STATES:
         incidents.escalate(inc.id, why)
     ctx.store.set_inflight(None)
+
+
+def _count_step(
+    ctx: Context, incidents: IncidentManager, flight: InFlight, outcome: Outcome, reason: str
+) -> None:
+    """The action had finished and its outcome was recorded, but the doctor died before its
+    step was counted: count it as the step would have (a change the server starts with makes
+    the incident mitigating; a failed action sends it to a human), so the failure's next
+    recurrence after the coming start takes the plan's next step."""
+    inc = ctx.store.incident(flight.incident_id)
+    if inc.state not in ACTIVE_STATES:
+        return
+    ok = outcome == Outcome.OK
+    if inc.step == flight.step:
+        log.warning(
+            "incident %d: the doctor stopped after %s finished (%s), before its step was"
+            " counted: counted now",
+            inc.id,
+            flight.action,
+            outcome.value,
+        )
+        inc = incidents.stepped(inc.id, applied=ok)
+    if not ok:
+        incidents.escalate(inc.id, f"{flight.action}: {reason}")
 
 
 async def _settled(ctx: Context, device: int) -> str:

@@ -116,17 +116,23 @@ class Remediator:
                 return self._escalate(inc, verdict.reason)
         restart = False
         self._suggested_in_step = False
-        for planned in step:
-            done = await self._run(inc, planned, evidence)
-            spec = ACTIONS.get(planned.name)
-            if spec is not None and spec.optional:
-                continue  # recorded; the step goes on without it
-            if done.outcome in (Outcome.REFUSED, Outcome.FAILED, Outcome.UNKNOWN):
-                inc = self.incidents.stepped(inc.id, applied=False)
-                return self._escalate(inc, f"{planned.name}: {done.reason}")
-            restart = restart or done.restart
-        applied = restart and acting
-        inc = self.incidents.stepped(inc.id, applied=applied)
+        try:
+            for planned in step:
+                done = await self._run(inc, planned, evidence)
+                spec = ACTIONS.get(planned.name)
+                if spec is not None and spec.optional:
+                    continue  # recorded; the step goes on without it
+                if done.outcome in (Outcome.REFUSED, Outcome.FAILED, Outcome.UNKNOWN):
+                    inc = self.incidents.stepped(inc.id, applied=False)
+                    return self._escalate(inc, f"{planned.name}: {done.reason}")
+                restart = restart or done.restart
+            applied = restart and acting
+            inc = self.incidents.stepped(inc.id, applied=applied)
+        finally:
+            # kept until the step is counted: a doctor killed between an action's record and
+            # the count leaves the step to the next one to count (recovery.py), not an incident
+            # whose finished step no recurrence would ever follow
+            self.ctx.store.set_inflight(None)
         observe_only = all(not ACTIONS[p.name].touches_server for p in step if p.name in ACTIONS)
         if acting and not restart and observe_only and inc.step >= len(steps):
             # A plan that only looks (a profile, a snapshot) ends with what it saw: nothing
@@ -168,14 +174,13 @@ class Remediator:
         if mode is None and (spec.touches_server or spec.destructive):
             # a doctor that dies in it leaves this behind for the next one (recovery.py)
             device = failed_device(self.ctx, inc, planned.params, ev) if spec.destructive else None
-            self.ctx.store.set_inflight(InFlight(inc.id, planned.name, device, self.ctx.clock()))
+            flight = InFlight(inc.id, planned.name, device, self.ctx.clock(), inc.step)
+            self.ctx.store.set_inflight(flight)
         try:
             done = await spec.run(self.ctx, inc, dict(planned.params), ev)
         except Exception as exc:  # an action's bug must not stop the daemon
             log.exception("action %s failed", planned.name)
             done = Done(Outcome.FAILED, f"{type(exc).__name__}: {exc}")
-        finally:
-            self.ctx.store.set_inflight(None)
         if done.outcome == Outcome.OK and mode is not None:
             if done.override is not None:
                 change = describe_override(*done.override)

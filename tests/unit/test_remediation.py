@@ -10,9 +10,18 @@ import pytest
 from ascend_doctor.agent.incidents import IncidentManager
 from ascend_doctor.agent.remediation import Context, HostTools, Remediator
 from ascend_doctor.agent.remediation.policy import acknowledge_incident
+from ascend_doctor.agent.remediation.recovery import recover
 from ascend_doctor.core.config import IncidentsConfig, RemediationConfig
-from ascend_doctor.core.events import Category, Finding, IncidentState, Role, Severity
+from ascend_doctor.core.events import (
+    Category,
+    Finding,
+    IncidentState,
+    Outcome,
+    Role,
+    Severity,
+)
 from ascend_doctor.core.launch import LaunchSpec
+from ascend_doctor.core.records import InFlight
 from ascend_doctor.core.store import Store
 from ascend_doctor.rules import load_rules
 from tests.fakes import FakeServer
@@ -406,6 +415,75 @@ async def test_cooldown_defers_the_same_action_and_survives_a_new_doctor(tmp_pat
     w.now += 90
     assert (await fresh.remediate(second)).restart
     assert w.ctx.spec().flag("--max-model-len") == "7936"
+
+
+class Killed(BaseException):
+    """SIGKILL at one line of the remediator: nothing after it runs, nothing more is written."""
+
+
+def _kill_when_counting(w: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The doctor dies after the step's last action was recorded, before the step is counted:
+    from then on it writes nothing (a dead process's ``finally`` blocks do not run)."""
+    dead = []
+    write = w.store.set_inflight
+
+    def set_inflight(flight: InFlight | None) -> None:
+        if not dead:
+            write(flight)
+
+    def stepped(incident_id: int, *, applied: bool) -> None:
+        dead.append(incident_id)
+        raise Killed
+
+    monkeypatch.setattr(w.store, "set_inflight", set_inflight)
+    monkeypatch.setattr(w.incidents, "stepped", stepped)
+
+
+async def test_a_doctor_killed_before_counting_a_step_leaves_it_to_the_next_to_count(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    w = World(tmp_path, ("vllm", "serve", "m"))
+    (inc_id,) = w.incidents.ingest([w.finding("rt-aicore-exception", {}, 10)])
+    _kill_when_counting(w, monkeypatch)
+    with pytest.raises(Killed):
+        await w.remediator.remediate(inc_id)
+    monkeypatch.undo()
+    assert [a.name for a in w.store.actions(inc_id)] == ["collect_diagnostics", "restart"]
+    assert w.store.incident(inc_id).step == 0, "killed before the count"
+    assert w.store.inflight() is not None, "what the next doctor needs to count it"
+
+    w.now += 5  # a new doctor: its recovery, then the server's start, then the failure again
+    incidents = IncidentManager(w.store, IncidentsConfig(), clock=lambda: w.now)
+    remediator = Remediator(w.ctx, incidents, RULES)
+    await recover(w.ctx, incidents, remediator.record)
+    inc = w.store.incident(inc_id)
+    assert (inc.step, inc.state) == (1, IncidentState.MITIGATING)
+    assert w.store.inflight() is None
+    assert [a.name for a in w.store.actions(inc_id)] == ["collect_diagnostics", "restart"]
+    incidents.note_start(w.now)
+    w.now += 1
+    # without the count the incident stayed open with actions: no recurrence was ever "fresh"
+    # and the plan never went on (CI's test_a_doctor_killed_mid_plan, one run in many)
+    assert incidents.ingest([w.finding("rt-aicore-exception", {}, 20)]) == [inc_id]
+    assert (await remediator.remediate(inc_id)).escalated
+    names = [a.name for a in w.store.actions(inc_id)]
+    assert names == ["collect_diagnostics", "restart", "escalate"]
+
+
+async def test_a_failed_action_recorded_before_the_doctor_died_goes_to_a_human(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    w = World(tmp_path, ("vllm", "serve", "m"))
+    (inc_id,) = w.incidents.ingest([w.finding("rt-aicore-exception", {}, 10)])
+    w.store.set_inflight(InFlight(inc_id, "restart", None, w.now, 0))
+    w.now += 1
+    w.remediator.record(inc_id, "restart", Outcome.FAILED, "the server did not stop", {})
+    await recover(w.ctx, w.incidents, w.remediator.record)
+    inc = w.store.incident(inc_id)
+    assert (inc.step, inc.state) == (1, IncidentState.ESCALATED)
+    assert w.store.inflight() is None
+    (restart,) = w.store.actions(inc_id)
+    assert restart.outcome == Outcome.FAILED, "recorded once: no 'interrupted' beside it"
 
 
 async def test_attach_mode_suggests_the_exact_flag_and_restarts_only_by_command(
