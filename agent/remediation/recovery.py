@@ -43,15 +43,10 @@ async def recover(ctx: Context, incidents: IncidentManager, record: Record) -> N
         return
     if flight is None:
         return
-    finished = [
-        a
-        for a in ctx.store.actions(flight.incident_id)
-        if a.name == flight.action and a.at >= flight.started_at
-    ]
-    if finished:
-        _count_step(ctx, incidents, flight, finished[-1].outcome, finished[-1].reason)
-        ctx.store.set_inflight(None)
-        return
+    acts = ctx.store.actions(flight.incident_id)
+    if done := [a for a in acts if a.name == flight.action and a.at >= flight.started_at]:
+        _count_step(ctx, incidents, flight, done[-1])  # it finished: only the count was lost
+        return ctx.store.set_inflight(None)
     when = time.strftime("%H:%M:%S", time.localtime(flight.started_at))
     why = f"interrupted: the doctor stopped while {flight.action} ran (since {when})"
     log.error("incident %d: %s", flight.incident_id, why)
@@ -72,28 +67,15 @@ async def recover(ctx: Context, incidents: IncidentManager, record: Record) -> N
     ctx.store.set_inflight(None)
 
 
-def _count_step(
-    ctx: Context, incidents: IncidentManager, flight: InFlight, outcome: Outcome, reason: str
-) -> None:
-    """The action had finished and its outcome was recorded, but the doctor died before its
-    step was counted: count it as the step would have (a change the server starts with makes
-    the incident mitigating; a failed action sends it to a human), so the failure's next
-    recurrence after the coming start takes the plan's next step."""
+def _count_step(ctx: Context, incidents: IncidentManager, flight: InFlight, done: Any) -> None:
+    """Count the step as it would have been (OK: mitigating, the next recurrence takes the next
+    step; failed: to a human) when the doctor died after its action's record, before the count."""
     inc = ctx.store.incident(flight.incident_id)
-    if inc.state not in ACTIVE_STATES:
-        return
-    ok = outcome == Outcome.OK
-    if inc.step == flight.step:
-        log.warning(
-            "incident %d: the doctor stopped after %s finished (%s), before its step was"
-            " counted: counted now",
-            inc.id,
-            flight.action,
-            outcome.value,
-        )
-        inc = incidents.stepped(inc.id, applied=ok)
-    if not ok:
-        incidents.escalate(inc.id, f"{flight.action}: {reason}")
+    if inc.state in ACTIVE_STATES and inc.step == flight.step:
+        log.warning("incident %d: %s had finished; its step is counted now", inc.id, done.name)
+        inc = incidents.stepped(inc.id, applied=done.outcome == Outcome.OK)
+    if inc.state in ACTIVE_STATES and done.outcome != Outcome.OK:
+        incidents.escalate(inc.id, f"{done.name}: {done.reason}")
 
 
 async def _settled(ctx: Context, device: int) -> str:

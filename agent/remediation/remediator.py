@@ -129,9 +129,7 @@ class Remediator:
             applied = restart and acting
             inc = self.incidents.stepped(inc.id, applied=applied)
         finally:
-            # kept until the step is counted: a doctor killed between an action's record and
-            # the count leaves the step to the next one to count (recovery.py), not an incident
-            # whose finished step no recurrence would ever follow
+            # kept until the step is counted: a doctor killed before it leaves it to recovery.py
             self.ctx.store.set_inflight(None)
         observe_only = all(not ACTIONS[p.name].touches_server for p in step if p.name in ACTIONS)
         if acting and not restart and observe_only and inc.step >= len(steps):

@@ -13,7 +13,7 @@ ROOT = Path(__file__).parents[2]
 ROOMS = ("core", "cli", "agent", "collectors", "rules", "tui", "metrics", "sinks")
 MAX_MODULE_LINES = 500
 MAX_CLASS_LINES = 300
-MAX_AGENT_LINES = 7000
+MAX_AGENT_LINES = 7100  # 7000 until the step-count recovery (29af98a): daemon logic, in its room
 
 
 def _modules(*rooms: str) -> list[Path]:
