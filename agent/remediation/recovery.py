@@ -17,7 +17,7 @@ from typing import Any
 from ascend_doctor.agent.incidents import IncidentManager
 from ascend_doctor.agent.remediation.context import Context
 from ascend_doctor.core.errors import CollectorError, StoreError
-from ascend_doctor.core.events import ACTIVE_STATES, Outcome
+from ascend_doctor.core.events import ACTIVE_STATES, ActionResult, Outcome
 from ascend_doctor.core.procs import stop_leftover
 from ascend_doctor.core.records import InFlight
 
@@ -46,7 +46,8 @@ async def recover(ctx: Context, incidents: IncidentManager, record: Record) -> N
     acts = ctx.store.actions(flight.incident_id)
     if done := [a for a in acts if a.name == flight.action and a.at >= flight.started_at]:
         _count_step(ctx, incidents, flight, done[-1])  # it finished: only the count was lost
-        return ctx.store.set_inflight(None)
+        ctx.store.set_inflight(None)
+        return
     when = time.strftime("%H:%M:%S", time.localtime(flight.started_at))
     why = f"interrupted: the doctor stopped while {flight.action} ran (since {when})"
     log.error("incident %d: %s", flight.incident_id, why)
@@ -67,7 +68,9 @@ async def recover(ctx: Context, incidents: IncidentManager, record: Record) -> N
     ctx.store.set_inflight(None)
 
 
-def _count_step(ctx: Context, incidents: IncidentManager, flight: InFlight, done: Any) -> None:
+def _count_step(
+    ctx: Context, incidents: IncidentManager, flight: InFlight, done: ActionResult
+) -> None:
     """Count the step as it would have been (OK: mitigating, the next recurrence takes the next
     step; failed: to a human) when the doctor died after its action's record, before the count."""
     inc = ctx.store.incident(flight.incident_id)
