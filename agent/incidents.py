@@ -68,6 +68,9 @@ class IncidentManager:
     ) -> None:
         self.server = server
         """The subject of a finding that names no device (``server NAME`` with several)."""
+        self.optional: frozenset[str] = frozenset()
+        """The registry's optional actions (diagnostics), recorded but deciding nothing: the
+        remediator names them (this module does not import its registry)."""
         self.store = store
         self.config = config
         self._clock = clock
@@ -212,9 +215,14 @@ class IncidentManager:
 
     def _recurred(self, inc: Incident, f: Finding) -> bool:
         """A root seen again after the server was restarted by the last step: next step."""
-        if inc.state == IncidentState.OPEN:
-            return not self.store.actions(inc.id)
         actions = self.store.actions(inc.id)
+        if inc.state == IncidentState.OPEN:
+            # undecided: no action, or only the optional ones of a first step a doctor died in
+            # (they leave no in-flight record); a deferral ("plan") or a hold waits for its time
+            looked = inc.step == 0 and all(a.name in self.optional for a in actions)
+            if actions and looked:
+                log.warning("incident %d: its first step did not finish: it runs again", inc.id)
+            return looked or not actions
         last = actions[-1].at if actions else 0.0
         return last <= self.last_start <= f.at
 

@@ -176,6 +176,8 @@ _SPECS = (
 
 ACTIONS: dict[str, ActionSpec] = {spec.name: spec for spec in _SPECS}
 """Every action by name; rules name these."""
+OPTIONAL = frozenset(spec.name for spec in _SPECS if spec.optional)
+"""The optional actions: they look (diagnostics, a profile) and change nothing."""
 
 
 def plan_errors(plan: tuple[tuple[PlannedAction, ...], ...]) -> list[str]:
@@ -241,6 +243,7 @@ def describe_override(key: str, kind: str, value: str) -> str:
 __all__ = [
     "ACTIONS",
     "ActionSpec",
+    "OPTIONAL",
     "Cooldown",
     "check_rules",
     "describe_override",

@@ -21,6 +21,7 @@ from ascend_doctor.agent.remediation.device_actions import failed_device, reset_
 from ascend_doctor.agent.remediation.policy import Policy
 from ascend_doctor.agent.remediation.registry import (
     ACTIONS,
+    OPTIONAL,
     ActionSpec,
     check_rules,
     describe_override,
@@ -58,6 +59,7 @@ class Remediator:
         check_rules(rules)  # a plan naming an unknown action stops start-up
         self.ctx = ctx
         self.incidents = incidents
+        incidents.optional = OPTIONAL  # a first step with only these recorded is undecided
         self.policy = Policy(ctx.store, ctx.config, ctx.clock)
         self._suggested_in_step = False  # attach mode: a launch change of this step is suggested
 

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from ascend_doctor.agent.incidents import IncidentManager
+from ascend_doctor.agent.remediation.registry import OPTIONAL
 from ascend_doctor.core.config import IncidentsConfig
-from ascend_doctor.core.events import Finding, IncidentState
+from ascend_doctor.core.events import ActionResult, Finding, IncidentState, Outcome
 from ascend_doctor.core.store import Store
 from ascend_doctor.rules import load_rules
 
@@ -123,3 +124,29 @@ def test_a_resolved_incident_takes_only_older_evidence(world: Any) -> None:
     clock.now += 1  # after verification: the card failed again
     (again,) = incidents.ingest([finding("npu-smi-health-not-ok", clock, subject="npu3")])
     assert again != first
+
+
+@pytest.mark.parametrize(
+    ("recorded", "step", "fresh"),
+    [
+        ((), 0, True),  # nothing decided yet
+        (("collect_diagnostics", "capture_profile"), 0, True),  # a doctor died in step 1
+        (("collect_diagnostics", "plan"), 0, False),  # a cooldown's deferral: it waits
+        (("corroborate",), 0, False),  # held for a second signal
+        (("capture_profile",), 1, False),  # an observing step, counted
+    ],
+)
+def test_an_open_incident_with_only_optional_actions_is_undecided(
+    tmp_path: Path, recorded: tuple[str, ...], step: int, fresh: bool
+) -> None:
+    store, clock = Store.in_dir(tmp_path), Clock()
+    incidents = IncidentManager(store, IncidentsConfig(), clock=clock)
+    incidents.optional = OPTIONAL  # what the remediator tells it
+    (inc_id,) = incidents.ingest([finding("rt-aicore-exception", clock, offset=1)])
+    for name in recorded:
+        store.add_action(inc_id, ActionResult(name, {}, Outcome.REFUSED, "r", clock.now))
+    store.update_incident(inc_id, step=step)
+    clock.now += 1
+    again = incidents.ingest([finding("rt-aicore-exception", clock, offset=2)])
+    assert again == ([inc_id] if fresh else [])
+    assert store.incident(inc_id).state == IncidentState.OPEN

@@ -470,6 +470,41 @@ async def test_a_doctor_killed_before_counting_a_step_leaves_it_to_the_next_to_c
     assert names == ["collect_diagnostics", "restart", "escalate"]
 
 
+async def test_a_doctor_killed_after_the_diagnostics_leaves_the_step_to_run_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    w = World(tmp_path, ("vllm", "serve", "m"))
+    (inc_id,) = w.incidents.ingest([w.finding("rt-aicore-exception", {}, 10)])
+    dead = []
+
+    def set_inflight(flight: InFlight | None) -> None:  # the restart's record: killed first
+        dead.append(flight)
+        raise Killed
+
+    monkeypatch.setattr(w.store, "set_inflight", set_inflight)
+    with pytest.raises(Killed):
+        await w.remediator.remediate(inc_id)
+    monkeypatch.undo()
+    assert [f.action for f in dead if f is not None] == ["restart"]
+    assert [a.name for a in w.store.actions(inc_id)] == ["collect_diagnostics"]
+    assert w.store.inflight() is None, "collect_diagnostics, optional, leaves none"
+
+    w.now += 5  # a new doctor: nothing for recovery, the server starts, the failure again
+    incidents = IncidentManager(w.store, IncidentsConfig(), clock=lambda: w.now)
+    remediator = Remediator(w.ctx, incidents, RULES)  # it names the optional actions
+    await recover(w.ctx, incidents, remediator.record)
+    incidents.note_start(w.now)
+    w.now += 1
+    # only diagnostics recorded: nothing was decided, the step runs again (it was stuck open)
+    assert incidents.ingest([w.finding("rt-aicore-exception", {}, 20)]) == [inc_id]
+    assert (await remediator.remediate(inc_id)).restart
+    names = [a.name for a in w.store.actions(inc_id)]
+    assert names == ["collect_diagnostics", "collect_diagnostics", "restart"]
+    inc = w.store.incident(inc_id)
+    assert (inc.step, inc.state) == (1, IncidentState.MITIGATING)
+    assert w.store.inflight() is None
+
+
 async def test_a_failed_action_recorded_before_the_doctor_died_goes_to_a_human(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
