@@ -242,8 +242,8 @@ def describe_override(key: str, kind: str, value: str) -> str:
 
 __all__ = [
     "ACTIONS",
-    "ActionSpec",
     "OPTIONAL",
+    "ActionSpec",
     "Cooldown",
     "check_rules",
     "describe_override",
