@@ -121,8 +121,7 @@ class Remediator:
         try:
             for planned in step:
                 done = await self._run(inc, planned, evidence)
-                spec = ACTIONS.get(planned.name)
-                if spec is not None and spec.optional:
+                if planned.name in OPTIONAL:
                     continue  # recorded; the step goes on without it
                 if done.outcome in (Outcome.REFUSED, Outcome.FAILED, Outcome.UNKNOWN):
                     inc = self.incidents.stepped(inc.id, applied=False)
