@@ -140,6 +140,29 @@ def test_optional_parts_of_a_summary() -> None:
     assert fill("{a} and {b}", {"a": 1}) == "1 and ?"
 
 
+def test_a_rule_fills_its_templates_as_fill_does() -> None:
+    # the engine fills a rule's subject and summary with a _Filler made once per template:
+    # every template of the packs (and odd ones), with every subset of its names captured
+    # (empty captures too), gives what fill gives
+    import itertools
+    import re
+
+    from ascend_doctor.rules import fill
+    from ascend_doctor.rules.engine import _Filler
+
+    templates = {t for rule in RULES.text for t in (rule.subject, rule.summary)}
+    assert sum("[[" in t for t in templates) > 5
+    templates |= {"a}}b", "[[x]] {{y}}", "[[ {a}", "{a!r}", "{0}", "[[{a}]][[{b}]] {a}", ""}
+    for template in sorted(templates):
+        names = sorted(set(re.findall(r"\{(\w+)\}", template)))[:6]
+        filler = _Filler(template)
+        for n in range(len(names) + 1):
+            for chosen in itertools.combinations(names, n):
+                for value in ("7", ""):
+                    captures = {name: value for name in chosen}
+                    assert filler(captures) == fill(template, captures), (template, captures)
+
+
 def test_levels_keep_a_phrase_in_an_info_line_from_matching(tmp_path: Path) -> None:
     (tmp_path / "site.yaml").write_text(
         """
