@@ -233,6 +233,7 @@ def scan_pieces(
     results = cast(
         Generator[tuple[int, list[tuple[bool, Any]]], None, None], pool.map(_scan, tasks)
     )
+    done = False
     try:
         for piece in parts:
             try:
@@ -244,11 +245,16 @@ def scan_pieces(
                 newlines,
                 [_mined(engine, f, render) if raw else f for raw, f in found],
             )
+        done = True
     finally:
         # a caller that stops early (a closed pipe: `rules scan big.log | head`, Ctrl-C)
-        # waits for no chunk it will not read: the ones not started are cancelled
+        # waits for no chunk it will not read: the ones not started are cancelled. A scan
+        # that read every chunk waits for the idle workers to go: a pool whose manager
+        # thread still runs at exit races concurrent.futures' own exit hook, which then
+        # prints "OSError: [Errno 9] Bad file descriptor" (CPython 3.11 _python_exit
+        # writes to the wake-up pipe the thread is closing)
         results.close()
-        pool.shutdown(wait=False, cancel_futures=True)
+        pool.shutdown(wait=done, cancel_futures=not done)
 
 
 class WorkerDied(OSError):
