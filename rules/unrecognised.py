@@ -15,14 +15,10 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
 from ascend_doctor.core import regex
 from ascend_doctor.rules.blocks import block_around
-
-if TYPE_CHECKING:
-    from drain3.masking import MaskingInstruction
-
+from ascend_doctor.rules.drain import Miner
 from ascend_doctor.rules.parse import (
     CANN_CODE,
     CANN_TRACE,
@@ -424,36 +420,26 @@ def error_units(
     return units
 
 
-def _masking() -> list[MaskingInstruction]:
-    from drain3.masking import MaskingInstruction
-
-    return [
-        MaskingInstruction(r"0x[0-9a-fA-F]+", "HEX"),
-        MaskingInstruction(r"\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?", "IP"),
-        MaskingInstruction(r"(?<![A-Za-z_\d])-?\d+(?:\.\d+)?(?![A-Za-z_\d])", "NUM"),
-    ]
+MASKING = (
+    (r"0x[0-9a-fA-F]+", "HEX"),
+    (r"\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?", "IP"),
+    (r"(?<![A-Za-z_\d])-?\d+(?:\.\d+)?(?![A-Za-z_\d])", "NUM"),
+)
+"""What a message's template masks before drain3 clusters it: hex values, addresses, numbers."""
 
 
 class Templates:
     """drain3 over the messages of unrecognised units; one miner per engine, made (and
-    drain3 loaded, a tenth of a command's start-up) for the first unrecognised error."""
+    drain3 loaded) for the first unrecognised error."""
 
     def __init__(self) -> None:
-        self._miner: Any = None
+        self._miner: Miner | None = None
 
     def template(self, message: str) -> tuple[str, str]:
         """(template, stable id) of one message."""
         if self._miner is None:
-            from drain3 import TemplateMiner
-            from drain3.template_miner_config import TemplateMinerConfig
-
-            config = TemplateMinerConfig()
-            config.profiling_enabled = False
-            config.masking_instructions = _masking()
-            config.drain_sim_th = 0.5
-            self._miner = TemplateMiner(config=config)
-        result = self._miner.add_log_message(message[:2000])
-        text = str(result.get("template_mined") or message)
+            self._miner = Miner(0.5, MASKING)
+        text = self._miner.template(message[:2000]) or message
         return text, hashlib.sha1(text.encode("utf-8")).hexdigest()[:12]
 
 
