@@ -225,12 +225,20 @@ def _json_line(f: Any, first: Any) -> str | None:
         if type(k) is not str or type(v) is not str:
             return None
         parts.append(f"{_QUOTE(k)}: {_QUOTE(v)}")
-    return (
-        f'{{"rule": {_QUOTE(rule)}, "category": {_QUOTE(category)}, '
-        f'"severity": {_QUOTE(severity)}, "path": {_QUOTE(path)}, '
-        f'"line": {number}, "text": {_QUOTE(text)}, '
-        f'"captures": {{{", ".join(parts)}}}}}'
-    )
+    key = (rule, category, severity, path)
+    head = _HEADS.get(key)
+    if head is None:
+        if len(_HEADS) >= 4096:
+            _HEADS.clear()
+        head = _HEADS[key] = (
+            f'{{"rule": {_QUOTE(rule)}, "category": {_QUOTE(category)}, '
+            f'"severity": {_QUOTE(severity)}, "path": {_QUOTE(path)}, '
+        )
+    return f'{head}"line": {number}, "text": {_QUOTE(text)}, "captures": {{{", ".join(parts)}}}}}'
+
+
+_HEADS: dict[tuple[str, str, str, str], str] = {}
+"""The start of a row, quoted once per rule, category, severity and file (a few hundred)."""
 
 
 @click.command("findings")

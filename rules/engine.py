@@ -23,10 +23,12 @@ from ascend_doctor.core.events import (
 )
 from ascend_doctor.rules.blocks import merge_blocks
 from ascend_doctor.rules.catalogue import Catalogues, load_catalogues
-from ascend_doctor.rules.codes import CODE_KEYS, CodeIndex
+from ascend_doctor.rules.codes import CODE_KEYS, CodeHit, CodeIndex
 from ascend_doctor.rules.ecc import EccWatch
 from ascend_doctor.rules.findings import (
+    Hit,
     code_finding,
+    code_rule,
     context_evidence,
     end_of,
     kept,
@@ -166,9 +168,12 @@ class Engine:
         }
         fillers = {rule.id: (_Filler(rule.subject), _Filler(rule.summary)) for rule in rules.text}
         self._fillers = {s: [fillers[rule.id] for rule in rs] for s, rs in by_source.items()}
-        # codes and error lines are found in the same pass as the rules: two extra patterns
+        # codes and error lines are found in the same pass as the rules: two extra patterns,
+        # each matched to its line's end, so a line holding several of its words is reported
+        # once, not once per word (half of a failure-dense log's reports were such repeats)
+        extras = tuple(f"(?:{keys})[^\\n]*$" for keys in (CODE_KEYS, UNIT_KEYS))
         self._prefilters = {
-            s: make_prefilter(by_source.get(s, []), matcher, (CODE_KEYS, UNIT_KEYS))
+            s: make_prefilter(by_source.get(s, []), matcher, extras)
             for s in sorted(set(by_source) | set(CODE_SOURCES))
         }
         self.matcher = next(iter(self._prefilters.values())).name if self._prefilters else "re"
@@ -198,7 +203,7 @@ class Engine:
         data = chunk.data
         lines = Lines(chunk, marks)
         self.lines_scanned += lines.total()
-        hits: dict[int, list[tuple[tuple[object, ...], Finding]]] = {}
+        hits: dict[int, list[tuple[tuple[object, ...], Hit]]] = {}
         request_log: dict[int, bool] = {}
         # lines parsed for a rule's level, by start: the unrecognised pass reads them again
         parsed: dict[int, Parsed] = {}
@@ -208,8 +213,8 @@ class Engine:
                 request_log[start] = may_echo(data, start, end) and is_request_log(data[start:end])
             return request_log[start]
 
-        def keep(start: int, key: tuple[object, ...], finding: Finding) -> None:
-            hits.setdefault(start, []).append((key, finding))
+        def keep(start: int, key: tuple[object, ...], hit: Hit) -> None:
+            hits.setdefault(start, []).append((key, hit))
 
         prefilter = self._prefilters.get(chunk.source)
         code_lines: list[int] = []
@@ -239,8 +244,8 @@ class Engine:
                 ):
                     quiet.add(start)  # expected here: no finding, no unrecognised error
                     continue
-                finding = self._finding(rule, fillers[index], chunk, m, start, lines)
-                keep(start, keys[index], finding)
+                args = (rule, fillers[index], chunk, m, start, lines)
+                keep(start, keys[index], Hit(rule.category, rule.id, self._finding, args))
         coded_errors: set[int] = set()
         for line_start in sorted(set(code_lines)) if chunk.source in CODE_SOURCES else ():
             for hit in self._codes.scan(data, line_start, end_of(data, line_start)):
@@ -253,14 +258,15 @@ class Engine:
                     coded_errors.add(start)
                     continue
                 key = (entry.role != Role.ROOT, entry.generic, -entry.severity, 1, 0)
-                evidence = context_evidence(
-                    chunk, start, self.context_before, self.context_after, lines
+                made = Hit(
+                    entry.category, code_rule(entry), self._code_finding, (hit, chunk, start, lines)
                 )
-                keep(start, key, code_finding(hit, chunk, start, self._clock, evidence))
+                keep(start, key, made)
+        # findings made only for the matches each line keeps
         found = [
-            (start, finding, key)
+            (start, kept_hit.finding(), key)
             for start, line_hits in sorted(hits.items())
-            for key, finding in (line_hits if len(line_hits) == 1 else kept(line_hits))
+            for key, kept_hit in (line_hits if len(line_hits) == 1 else kept(line_hits))
         ]
         merged = merge_blocks(data, chunk, found, lines)
         findings = [f for f, _, _ in merged]
@@ -344,6 +350,10 @@ class Engine:
             explain=rule.explain,
             generic=rule.generic,
         )
+
+    def _code_finding(self, hit: CodeHit, chunk: LogChunk, start: int, lines: Lines) -> Finding:
+        evidence = context_evidence(chunk, start, self.context_before, self.context_after, lines)
+        return code_finding(hit, chunk, start, self._clock, evidence)
 
     def evaluate(self, samples: Iterable[Sample]) -> list[Finding]:
         """Threshold findings; a rule fires once when its condition becomes true per subject.

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable
+from typing import Any
 
 from ascend_doctor.core import regex
 from ascend_doctor.core.events import Category, Finding, LogChunk, LogLine, Role, Severity
+from ascend_doctor.rules.catalogue import Entry
 from ascend_doctor.rules.codes import CodeHit, device_of
 from ascend_doctor.rules.infer import Model, infer, unit_text
 from ascend_doctor.rules.lines import Lines
@@ -21,9 +23,36 @@ _DEVICE_CATEGORIES = frozenset(
 )
 
 
+class Hit:
+    """A rule's or a code's match on a line before it is a finding: what :func:`kept` reads
+    of it, and how to make the finding. A line of a failure-dense log holds several matches
+    and keeps half of them (a generic phrase yields to a specific one, a code to a rule of
+    its category): a finding is made only for a match that is kept."""
+
+    __slots__ = ("_args", "_make", "category", "rule")
+
+    def __init__(
+        self, category: Category, rule: str, make: Callable[..., Finding], args: tuple[Any, ...]
+    ) -> None:
+        self.category = category
+        """The finding's category."""
+        self.rule = rule
+        """The finding's rule id."""
+        self._make, self._args = make, args
+
+    def finding(self) -> Finding:
+        """The finding (made on each call: call once)."""
+        return self._make(*self._args)
+
+
+def code_rule(entry: Entry) -> str:
+    """The rule id of a catalogued code's finding: ``code:<kind>:<code>``."""
+    return f"code:{entry.kind}:{entry.code}"
+
+
 def kept(
-    line_hits: list[tuple[tuple[object, ...], Finding]],
-) -> list[tuple[tuple[object, ...], Finding]]:
+    line_hits: list[tuple[tuple[object, ...], Hit]],
+) -> list[tuple[tuple[object, ...], Hit]]:
     """What a line keeps: every rule match; a code only where no rule of its category
     matched (the rule's summary carries the captures), one per category; a generic match
     only where nothing specific did. A generic root cause yields only to a specific root
@@ -39,7 +68,7 @@ def kept(
         return bool(key[1]) and (specific_root if not key[0] else specific)
 
     categories = {f.category for key, f in ordered if key[3] == 0 and not yields(key)}
-    out: list[tuple[tuple[object, ...], Finding]] = []
+    out: list[tuple[tuple[object, ...], Hit]] = []
     for key, finding in ordered:
         if yields(key):
             continue
@@ -242,7 +271,7 @@ def code_finding(
     if entry.level:
         captures["level"] = entry.level
     return Finding(
-        rule=f"code:{entry.kind}:{entry.code}",
+        rule=code_rule(entry),
         category=entry.category,
         severity=entry.severity,
         role=entry.role,
@@ -261,10 +290,12 @@ def code_finding(
 
 
 __all__ = [
+    "Hit",
     "Lines",
     "after_lines",
     "before_lines",
     "code_finding",
+    "code_rule",
     "context_evidence",
     "end_of",
     "kept",
