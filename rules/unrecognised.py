@@ -31,7 +31,6 @@ from ascend_doctor.rules.parse import (
     HOST_FAULT,
     JSON_ERROR,
     MODULE_EXCEPTION,
-    MODULE_EXCEPTION_WORDS,
     REQUEST_LOG,
     TRACEBACK,
     Parsed,
@@ -64,6 +63,16 @@ _CANDIDATE = regex.compile(UNIT_KEYS.encode())
 REQUEST_LOGGERS = regex.compile(r"(?:^|/)(?:serving_\w+|serving|protocol)\.py:")
 """vLLM's OpenAI-serving modules log one request's failure at ERROR (a prompt too long, a bad
 parameter): the server is fine, so such an unexplained error is reported at info level."""
+
+
+def _request_logger(logger: str) -> bool:
+    """``logger`` is one of ``REQUEST_LOGGERS``; a logger naming neither ``serving`` nor
+    ``protocol.py:`` (most) is not searched."""
+    return ("serving" in logger or "protocol.py:" in logger) and REQUEST_LOGGERS.search(
+        logger
+    ) is not None
+
+
 IGNORABLE = regex.compile(
     rb"(?i:can (?:be )?(?:safely )?ignored?\b|safe to ignore"
     rb"|(?:please|you can|you may) (?:safely )?ignore|is harmless"
@@ -89,10 +98,14 @@ _FALLBACK_WORDS = (b"fall", b"instead", b"retr", b"try again", b"skipp", b"ignor
 def _exception_line(msg: bytes) -> bool:
     """``msg`` is a Python exception line: a name that says so (``EXCEPTION``), or a class of
     a package's exception module printed alone (``MODULE_EXCEPTION``, only on a line holding
-    one of ``MODULE_EXCEPTION_WORDS``: most candidate lines hold none)."""
+    one of ``MODULE_EXCEPTION_WORDS``: most candidate lines hold none). The words are tested
+    one by one, not by a generator over them: this runs for every candidate line, and the
+    generator cost as much as the pattern (issue 18)."""
     if EXCEPTION.match(msg) is not None:
         return True
-    return any(w in msg for w in MODULE_EXCEPTION_WORDS) and MODULE_EXCEPTION.match(msg) is not None
+    return (
+        b".exc." in msg or b".errors." in msg or b"pkg_resources." in msg
+    ) and MODULE_EXCEPTION.match(msg) is not None
 
 
 def _ignorable(msg: bytes) -> bool:
@@ -101,13 +114,23 @@ def _ignorable(msg: bytes) -> bool:
 
 
 def _harmless(msg: bytes) -> bool:
-    """The line says it can be ignored, or that the program goes on another way."""
-    if _ignorable(msg):
-        return True
+    """The line says it can be ignored, or that the program goes on another way. The first
+    2000 bytes are lowered once for both sets of words (``_may_ignore``, ``_FALLBACK_WORDS``),
+    each word tested in turn rather than by a generator."""
     low = msg[:2000].lower()
+    if (b"ignore" in low or b"harmless" in low or b"not affect" in low) and IGNORABLE.search(
+        msg, 0, 2000
+    ) is not None:
+        return True
     return (
-        any(word in low for word in _FALLBACK_WORDS) and FALLBACK.search(msg, 0, 2000) is not None
-    )
+        b"fall" in low
+        or b"instead" in low
+        or b"retr" in low
+        or b"try again" in low
+        or b"skipp" in low
+        or b"ignor" in low
+        or b"disabl" in low
+    ) and FALLBACK.search(msg, 0, 2000) is not None
 
 
 EXIT_NOISE = regex.compile(
@@ -135,6 +158,68 @@ def _may_fail(msg: bytes) -> bool:
         or b"rror code" in msg
         or b"rrorcode" in msg
         or (b"errno[" in msg)
+    )
+
+
+def _may_be_fatal(msg: bytes) -> bool:
+    """False when ``FATAL`` cannot match ``msg``. Each of its forms starts the line with a
+    literal (``_FATAL_STARTS``), holds ``what(): `` or ``Killed``, or ends the line, before
+    trailing blanks, with a signal's name or `` (core dumped)`` (``_FATAL_ENDS``): its forms
+    that may come after other text are tried at every one of 120 bytes, and ran for every
+    candidate line not an exception (issue 18)."""
+    return (
+        msg.startswith(_FATAL_STARTS)
+        or b"what(): " in msg
+        or b"Killed" in msg
+        or msg.rstrip().endswith(_FATAL_ENDS)
+    )
+
+
+_FATAL_STARTS = (
+    b"terminate called",
+    b"Fatal Python error",
+    b"Fatal glibc error",
+    b"Segmentation fault",
+    b"*** ",
+    b"panic: ",
+    b"thread '",
+    b"fatal error: ",
+    b"double free or corruption",
+    b"free(): invalid",
+    b"malloc(): ",
+    b"munmap_chunk(): invalid",
+    b"corrupted size vs. prev_size",
+    b"corrupted double-linked list",
+)
+"""The literals ``FATAL``'s forms anchored at the line's start begin with."""
+_FATAL_ENDS = (
+    b"Floating point exception",
+    b"Bus error",
+    b"Illegal instruction",
+    b"Aborted",
+    b" (core dumped)",
+)
+"""What a line ``FATAL`` reads as a shell's signal report ends with (before blanks)."""
+
+
+def _may_state_error(msg: bytes) -> bool:
+    """False when ``STATED_ERROR`` cannot match ``msg``: it holds none of the literals one of
+    its forms holds (a form starting ``E`` is a CANN code at the line's start). Its forms
+    that may come after other text try a score of verbs at each of 200 bytes: 4 us a line
+    that has none, most lines (issue 18)."""
+    return (
+        b"ailed to " in msg
+        or b"FAILED to " in msg
+        or b" failed" in msg
+        or b"error: " in msg
+        or b"undefined reference to `" in msg
+        or b"[ERROR] " in msg
+        or b"[FATAL] " in msg
+        or b"[CRITICAL] " in msg
+        or msg[:1] == b"E"
+        or b"Reason: " in msg
+        or b"] Error " in msg
+        or b"has no attribute '" in msg
     )
 
 
@@ -229,9 +314,15 @@ def _line(data: bytes, start: int) -> bytes:
     return data[start : end if end >= 0 else len(data)]
 
 
-def _holds_traceback(data: bytes, start: int) -> bool:
-    end = data.find(b"\n", start)
-    return data.find(b"Traceback", start, len(data) if end < 0 else end) >= 0
+def _traceback_lines(data: bytes) -> set[int]:
+    """Starts of the lines of ``data`` that hold ``Traceback``: found in one pass over the
+    chunk, not by a search of each candidate line (most hold none)."""
+    out = set()
+    pos = data.find(b"Traceback")
+    while pos >= 0:
+        out.add(data.rfind(b"\n", 0, pos) + 1)
+        pos = data.find(b"Traceback", pos + 1)
+    return out
 
 
 def _candidate_starts(data: bytes) -> Iterator[int]:
@@ -304,19 +395,20 @@ def error_units(
     covered_to = -1
     found = list(_candidate_starts(data) if candidates is None else candidates)
     # a traceback ends at its exception line even when the exception's name is no keyword
-    late = (
-        {_exception_after(data, start, parsed) for start in found if _holds_traceback(data, start)}
-        - {-1}
-        if python
-        else set()
-    )
+    if python and (holders := _traceback_lines(data)):
+        late = {_exception_after(data, start, parsed) for start in found if start in holders}
+        late.discard(-1)
+    else:
+        late = set()
     extra = forced | late
     for start in sorted(set(found) | extra) if extra else found:
         if start <= covered_to:
             continue
         line, p = _parsed(data, start, parsed)
         msg = line[p.message :]
-        if REQUEST_LOG.match(msg) or (p.header == "vllm" and ECHO_LOGGERS.search(p.logger)):
+        if (msg.startswith((b"Re", b"Ge")) and REQUEST_LOG.match(msg)) or (
+            p.header == "vllm" and "dump_input.py:" in p.logger and ECHO_LOGGERS.search(p.logger)
+        ):
             continue  # echoes of requests (prompts, outputs, the scheduler dump)
         if source == "host":  # the kernel's log: its fault reports and drivers' ERROR lines
             if HOST_FAULT.match(line):
@@ -348,7 +440,7 @@ def error_units(
                     units.pop()
                     traceback_at, logged_request = prev.first, True
             continue
-        if p.level in ("ERROR", "CRITICAL") and REQUEST_LOGGERS.search(p.logger):
+        if p.level in ("ERROR", "CRITICAL") and _request_logger(p.logger):
             request_at = traceback_at if traceback_at >= 0 else start
         if traceback_at >= 0:
             traceback_lines = data.count(b"\n", traceback_at, start)
@@ -357,9 +449,7 @@ def error_units(
         # an exception line may come indented (a chained exception group, a posted quote)
         is_exception = _exception_line(msg.lstrip(b" \t|")) or start in late
         if is_exception and traceback_at >= 0:
-            request = logged_request or (
-                request_at == traceback_at and REQUEST_LOGGERS.search(p.logger) is not None
-            )
+            request = logged_request or (request_at == traceback_at and _request_logger(p.logger))
             units.append(Unit(traceback_at, start, start, True, request))
             traceback_at = -1
             continue
@@ -370,7 +460,7 @@ def error_units(
             units.append(Unit(first, max(start, last_line), start, True))
             covered_to = last
             continue
-        if is_exception or FATAL.match(msg):
+        if is_exception or (_may_be_fatal(msg) and FATAL.match(msg)):
             last = start
             if msg.startswith(b"terminate called"):
                 # the C++ runtime prints the exception's what() on the next line
@@ -391,6 +481,7 @@ def error_units(
             or (
                 traceback_at < 0
                 and not CONTINUATION.match(msg)
+                and _may_state_error(msg)
                 and STATED_ERROR.match(msg)
                 and not _harmless(msg)
             )
@@ -402,9 +493,7 @@ def error_units(
                 continue  # an ERROR line that says itself it is harmless
             if msg.startswith(b"TBE Subprocess[") and EXIT_NOISE.match(msg):
                 continue  # a worker reporting its parent's exit
-            units.append(
-                Unit(start, start, start, False, REQUEST_LOGGERS.search(p.logger) is not None)
-            )
+            units.append(Unit(start, start, start, False, _request_logger(p.logger)))
         elif (
             p.level in ("ERROR", "CRITICAL")
             and traceback_at < 0
@@ -414,9 +503,7 @@ def error_units(
         ):
             # an indented ERROR line that continues nothing: the one line of a logged message
             # that a log cut, or a quote of it
-            units.append(
-                Unit(start, start, start, False, REQUEST_LOGGERS.search(p.logger) is not None)
-            )
+            units.append(Unit(start, start, start, False, _request_logger(p.logger)))
     return units
 
 
