@@ -164,6 +164,7 @@ _HEADERS: tuple[tuple[str, re.Pattern[bytes]], ...] = (
         ),
     ),
 )
+_LOGFMT = dict(_HEADERS)["logfmt"]
 _LEVELS = {
     b"E": "ERROR",
     b"W": "WARNING",
@@ -377,25 +378,61 @@ def _parse_coloured(line: bytes) -> Parsed:
     return Parsed(p.header, p.level, p.message + removed, p.logger, p.module)
 
 
-def _parse(line: bytes) -> Parsed:
-    m = _OUTER.match(line)
-    pos = m.end() if m else 0
+_OUTER_OPENERS = frozenset(b"0123456789[(\x1b")
+"""Bytes that open an ``_OUTER`` prefix other than syslog's month or a compose column."""
+
+
+def _outer_end(line: bytes, pos: int) -> int:
+    """Where the prefixes ``_OUTER`` reads from ``pos`` end (``pos`` when none is there). A
+    prefix opens with a digit, ``[``, ``(`` or ESC; or it is syslog's month (a capital, two
+    letters, a space); or it is a compose column, whose `` | `` ends by ``pos + 122`` (a name
+    of 100 bytes at most, 20 spaces at most). A line with none (most messages, and most lines
+    after a header) is not matched: the pattern's optional parts cost a third of a
+    microsecond to fail (issue 18)."""
     if pos >= len(line):
-        return Parsed("", "", pos)  # every header holds at least one byte
+        return pos
+    c = line[pos]
+    if (
+        c in _OUTER_OPENERS
+        or (65 <= c <= 90 and line[pos + 3 : pos + 4] == b" ")
+        or line.find(b" | ", pos, pos + 122) >= 0
+    ):
+        m = _OUTER.match(line, pos)  # every part optional: it always matches
+        return m.end() if m else pos
+    return pos
+
+
+_NO_HEADER: dict[int, Parsed] = {}
+"""The fields of a line with no header, by where its message starts: a Parsed is immutable,
+so one serves every such line (at most one per length of ``_OUTER``'s prefixes)."""
+
+
+def _no_header(pos: int) -> Parsed:
+    p = _NO_HEADER.get(pos)
+    if p is None:
+        p = _NO_HEADER[pos] = Parsed("", "", pos)
+    return p
+
+
+def _parse(line: bytes) -> Parsed:
+    pos = _outer_end(line, 0)
+    if pos >= len(line):
+        return _no_header(pos)  # every header holds at least one byte
     for name, header in _HEADERS_BY_BYTE[line[pos]]:
+        if header is _LOGFMT and b"level=" not in line:
+            continue  # its one literal: a line without it is not scanned for it
         h = header.match(line, pos)
         if h is None:
             continue
         groups = h.groupdict()
         raw = groups.get("level") or b""
         level = _LEVELS.get(raw.upper()) or raw.decode().upper()
-        end = h.end()
-        after = _OUTER.match(line, end)  # vLLM repeats the rank tag after its own header
-        end = after.end() if after else end
+        # vLLM repeats the rank tag after its own header
+        end = _outer_end(line, h.end())
         logger = (groups.get("logger") or b"").decode("utf-8", "replace")
         module = (groups.get("module") or b"").decode() if name == "plog" else ""
         return Parsed(name, level, end, logger, module)
-    return Parsed("", "", pos)
+    return _no_header(pos)
 
 
 def message(line: bytes) -> bytes:
