@@ -25,12 +25,11 @@ from ascend_doctor.rules.parse import (
     CONTINUATION,
     ECHO_LOGGERS,
     ERROR_WORD,
-    EXCEPTION,
+    EXCEPTION_LINE,
     FAILED_CALL,
     FATAL,
     HOST_FAULT,
     JSON_ERROR,
-    MODULE_EXCEPTION,
     REQUEST_LOG,
     TRACEBACK,
     Parsed,
@@ -97,15 +96,9 @@ _FALLBACK_WORDS = (b"fall", b"instead", b"retr", b"try again", b"skipp", b"ignor
 
 def _exception_line(msg: bytes) -> bool:
     """``msg`` is a Python exception line: a name that says so (``EXCEPTION``), or a class of
-    a package's exception module printed alone (``MODULE_EXCEPTION``, only on a line holding
-    one of ``MODULE_EXCEPTION_WORDS``: most candidate lines hold none). The words are tested
-    one by one, not by a generator over them: this runs for every candidate line, and the
-    generator cost as much as the pattern (issue 18)."""
-    if EXCEPTION.match(msg) is not None:
-        return True
-    return (
-        b".exc." in msg or b".errors." in msg or b"pkg_resources." in msg
-    ) and MODULE_EXCEPTION.match(msg) is not None
+    a package's exception module printed alone (``MODULE_EXCEPTION``); one pattern matches
+    either (``EXCEPTION_LINE``)."""
+    return EXCEPTION_LINE.match(msg) is not None
 
 
 def _ignorable(msg: bytes) -> bool:

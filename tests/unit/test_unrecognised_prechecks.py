@@ -99,6 +99,24 @@ def test_the_module_exception_words_are_the_ones_tested() -> None:
     assert P.MODULE_EXCEPTION_WORDS == (b".exc.", b".errors.", b"pkg_resources.")
 
 
+def _either(text: bytes) -> bool:
+    return P.EXCEPTION.match(text) is not None or P.MODULE_EXCEPTION.match(text) is not None
+
+
+def test_one_exception_pattern_reads_every_corpus_line_as_the_two() -> None:
+    lines = _lines()
+    assert [U._exception_line(m) for m in lines] == [_either(m) for m in lines]
+    assert any(P.MODULE_EXCEPTION.match(m) for m in lines)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(
+    st.one_of(_generated(P.EXCEPTION), _generated(P.MODULE_EXCEPTION), _generated(P.EXCEPTION_LINE))
+)
+def test_one_exception_pattern_matches_as_the_two(text: bytes) -> None:
+    assert U._exception_line(text) == _either(text)
+
+
 @pytest.mark.parametrize(
     ("pattern", "guard"),
     [
