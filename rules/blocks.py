@@ -12,6 +12,7 @@ of the block as evidence. Only lines around matches are examined.
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from ascend_doctor.core import regex
 from ascend_doctor.core.events import Finding, LogChunk, LogLine
@@ -32,24 +33,39 @@ BODY_LINE = regex.compile(
 )
 
 
-def _body(line: bytes) -> bytes:
-    return line[PREFIX.match(line).end() :]  # type: ignore[union-attr]
+_PREFIX_AT = regex.compile(PREFIX.pattern.removeprefix(b"^"))
+_CODE_AT = regex.compile(CODE_LINE.pattern.removeprefix(b"^"))
+_BODY_AT = regex.compile(BODY_LINE.pattern.removeprefix(b"^"))
+"""``PREFIX``, ``CODE_LINE`` and ``BODY_LINE`` without their ``^``, to match in ``data`` from a
+line's start to its end (``^`` holds only at the start of the string, not at ``pos``): a line
+is read without copying it out twice, once with its prefix and once without (issue 18)."""
+
+
+def _reads(pattern: re.Pattern[bytes], data: bytes, start: int, end: int) -> bool:
+    """``pattern`` (one of ``_CODE_AT``, ``_BODY_AT``) matches the body of ``data[start:end]``
+    (what follows its ``PREFIX``) as ``CODE_LINE``/``BODY_LINE`` match that body cut out:
+    ``end`` is where the line ends (``$`` holds there); an empty line has no body either
+    matches."""
+    if end <= start:
+        return False
+    m = _PREFIX_AT.match(data, start, end)  # all optional: always a match
+    return pattern.match(data, m.end() if m else start, end) is not None
 
 
 def _lines_around(data: bytes, start: int) -> tuple[int, int] | None:
     """(first, end) byte range of the block containing the line at ``start``, if any."""
     end = data.find(b"\n", start)
     end = len(data) if end < 0 else end
-    if not BODY_LINE.match(_body(data[start:end])):
+    if not _reads(_BODY_AT, data, start, end):
         return None
-    # walk back to the code line that opens the block
+    # walk back to the code line that opens the block (a last line without a newline is read
+    # without its last byte, as the slice to its -1 always cut it)
     first, n = start, 0
-    while not CODE_LINE.match(_body(data[first : data.find(b"\n", first)])):
+    while not _reads(_CODE_AT, data, first, _slice_end(data, data.find(b"\n", first))):
         if first == 0 or n >= MAX_BLOCK_LINES:
             return None
         prev = data.rfind(b"\n", 0, first - 1) + 1
-        line = data[prev : first - 1]
-        if not BODY_LINE.match(_body(line)):
+        if not _reads(_BODY_AT, data, prev, first - 1):
             return None
         first, n = prev, n + 1
     # walk forward over the block's body lines
@@ -58,10 +74,15 @@ def _lines_around(data: bytes, start: int) -> tuple[int, int] | None:
     while pos < len(data) and n < MAX_BLOCK_LINES:
         nxt = data.find(b"\n", pos)
         nxt = len(data) if nxt < 0 else nxt
-        if not BODY_LINE.match(_body(data[pos:nxt])):
+        if not _reads(_BODY_AT, data, pos, nxt):
             break
         last_end, pos, n = nxt, nxt + 1, n + 1
     return first, last_end
+
+
+def _slice_end(data: bytes, end: int) -> int:
+    """Where ``data[x:end]`` ends when ``end`` is a ``find`` that may be -1."""
+    return len(data) - 1 if end < 0 else end
 
 
 def block_around(data: bytes, start: int) -> tuple[int, int] | None:
@@ -111,6 +132,10 @@ def merge_blocks(
             continue
         flush()
         block = _lines_around(data, start)
+        if block is None:  # most lines: in no block, passed on as flush would alone
+            end = data.find(b"\n", start)
+            out.append((finding, start, len(data) if end < 0 else end))
+            continue
         members.append((start, finding, key))
     flush()
     return out
