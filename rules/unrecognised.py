@@ -156,20 +156,21 @@ def _may_fail(msg: bytes) -> bool:
 
 def _may_be_fatal(msg: bytes) -> bool:
     """False when ``FATAL`` cannot match ``msg``. Each of its forms starts the line with a
-    literal (``_FATAL_STARTS``), holds ``what(): `` or ``Killed``, or ends the line, before
-    trailing blanks, with a signal's name or `` (core dumped)`` (``_FATAL_ENDS``): its forms
-    that may come after other text are tried at every one of 120 bytes, and ran for every
-    candidate line not an exception (issue 18)."""
+    literal (``_FATAL_STARTS``; ``what(): `` after blanks too), holds ``Killed``, or ends the
+    line, before trailing blanks, with a signal's name or `` (core dumped)`` (``_FATAL_ENDS``):
+    its forms that may come after other text are tried at every one of 120 bytes, and ran for
+    every candidate line not an exception (issue 18)."""
     return (
         msg.startswith(_FATAL_STARTS)
-        or b"what(): " in msg
         or b"Killed" in msg
         or msg.rstrip().endswith(_FATAL_ENDS)
+        or (msg[:1].isspace() and msg.lstrip().startswith(b"what(): "))
     )
 
 
 _FATAL_STARTS = (
     b"terminate called",
+    b"what(): ",
     b"Fatal Python error",
     b"Fatal glibc error",
     b"Segmentation fault",
@@ -388,7 +389,8 @@ def error_units(
     covered_to = -1
     found = list(_candidate_starts(data) if candidates is None else candidates)
     # a traceback ends at its exception line even when the exception's name is no keyword
-    if python and (holders := _traceback_lines(data)):
+    holders = _traceback_lines(data)  # no other line is a traceback's header
+    if python and holders:
         late = {_exception_after(data, start, parsed) for start in found if start in holders}
         late.discard(-1)
     else:
@@ -397,7 +399,12 @@ def error_units(
     for start in sorted(set(found) | extra) if extra else found:
         if start <= covered_to:
             continue
-        line, p = _parsed(data, start, parsed)
+        # _parsed, inline: this runs for every candidate line
+        end = data.find(b"\n", start)
+        line = data[start : end if end >= 0 else len(data)]
+        p = parsed.get(start)
+        if p is None:
+            p = parsed[start] = parse(line)
         msg = line[p.message :]
         if (msg.startswith((b"Re", b"Ge")) and REQUEST_LOG.match(msg)) or (
             p.header == "vllm" and "dump_input.py:" in p.logger and ECHO_LOGGERS.search(p.logger)
@@ -417,7 +424,7 @@ def error_units(
             msg = msg[len(b"Warning: ") :]
         if not python and p.header != "plog":
             continue
-        if TRACEBACK.match(msg):
+        if start in holders and TRACEBACK.match(msg):
             if traceback_at < 0:
                 traceback_at, traceback_lines, logged_request = start, 0, False
                 prev = units[-1] if units else None

@@ -47,6 +47,8 @@ GUARDS: list[tuple[str, re.Pattern[bytes], Callable[[bytes], bool]]] = [
     ("FATAL", P.FATAL, U._may_be_fatal),
     ("STATED_ERROR", U.STATED_ERROR, U._may_state_error),
     ("REQUEST_LOG", P.REQUEST_LOG, lambda m: m.startswith((b"Re", b"Ge"))),
+    # error_units tries TRACEBACK only on the lines _traceback_lines found
+    ("TRACEBACK", P.TRACEBACK, lambda m: b"Traceback" in m),
     (
         "MODULE_EXCEPTION",
         P.MODULE_EXCEPTION,
