@@ -412,6 +412,9 @@ def _outer_end(line: bytes, pos: int) -> int:
     return pos
 
 
+_LEVEL_OF: dict[bytes, str] = {}
+"""The level each level field seen reads as (``_LEVELS``, else the field upper-cased)."""
+
 _NO_HEADER: dict[int, Parsed] = {}
 """The fields of a line with no header, by where its message starts: a Parsed is immutable,
 so one serves every such line (at most one per length of ``_OUTER``'s prefixes)."""
@@ -436,7 +439,11 @@ def _parse(line: bytes) -> Parsed:
             continue
         groups = h.groupdict()
         raw = groups.get("level") or b""
-        level = _LEVELS.get(raw.upper()) or raw.decode().upper()
+        level = _LEVEL_OF.get(raw)
+        if level is None:
+            level = _LEVELS.get(raw.upper()) or raw.decode().upper()
+            if len(_LEVEL_OF) < 64:  # a dozen words and letters; loguru's may be any
+                _LEVEL_OF[raw] = level
         # vLLM repeats the rank tag after its own header
         end = _outer_end(line, h.end())
         logger = (groups.get("logger") or b"").decode("utf-8", "replace")

@@ -139,3 +139,16 @@ def test_the_longest_compose_column_is_read() -> None:
                     assert P._outer_end(line, pos) == _outer_before(line, pos), (name, spaces)
                 assert P._parse(line) == _parse_before(line)
     assert P._outer_end(b"s" * 100 + b" " * 20 + b"| m", 0) == 122
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.from_regex(rb"[A-Z]{4,8}", fullmatch=True))
+def test_any_level_word_reads_as_before_when_levels_are_remembered(word: bytes) -> None:
+    """Levels are remembered by their field (at most 64): loguru's may be any capitals."""
+    for line in (
+        b"2025-06-01 10:00:00.123 | " + word + b"    | m:f:12 - msg",
+        b"[2025-06-01 10:00:00] [" + word + b"] msg",
+        word + b" 12-01 00:00:00 [a.py:1] msg",
+    ):
+        assert P._parse(line) == _parse_before(line)
+    assert len(P._LEVEL_OF) <= 64
