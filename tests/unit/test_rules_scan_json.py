@@ -20,7 +20,7 @@ def test_rows_are_what_json_dumps_writes() -> None:
         for raw in (ROOT / "corpus" / "dev" / "failures.jsonl").read_text("utf-8").splitlines()
     ]
     data = (
-        "\n".join(texts + ['ERROR 12-01 00:00:00 [x.py:1] \u00e9\u4e2d \\ "q" \x01 zork failed'])
+        "\n".join([*texts, 'ERROR 12-01 00:00:00 [x.py:1] \u00e9\u4e2d \\ "q" \x01 zork failed'])
         + "\n"
     )
     found = 0
