@@ -26,7 +26,7 @@ from ascend_doctor.core.config import ServerConfig
 from ascend_doctor.core.errors import StoreError
 from ascend_doctor.core.events import ProcessEvent, ProcessState
 from ascend_doctor.core.launch import LaunchSpec
-from ascend_doctor.rules.parse import is_request_log
+from ascend_doctor.rules.echo import is_request_log
 
 log = logging.getLogger(__name__)
 

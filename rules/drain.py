@@ -12,6 +12,7 @@ asked for (PEP 562), for any code that wants it.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import sys
 from collections.abc import Sequence
@@ -73,4 +74,27 @@ class Miner:
         return str(cluster.get_template())
 
 
-__all__ = ["Miner"]
+MASKING = (
+    (r"0x[0-9a-fA-F]+", "HEX"),
+    (r"\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?", "IP"),
+    (r"(?<![A-Za-z_\d])-?\d+(?:\.\d+)?(?![A-Za-z_\d])", "NUM"),
+)
+"""What a message's template masks before drain3 clusters it: hex values, addresses, numbers."""
+
+
+class Templates:
+    """drain3 over the messages of unrecognised units; one miner per engine, made (and
+    drain3 loaded) for the first unrecognised error."""
+
+    def __init__(self) -> None:
+        self._miner: Miner | None = None
+
+    def template(self, message: str) -> tuple[str, str]:
+        """(template, stable id) of one message."""
+        if self._miner is None:
+            self._miner = Miner(0.5, MASKING)
+        text = self._miner.template(message[:2000]) or message
+        return text, hashlib.sha1(text.encode("utf-8")).hexdigest()[:12]
+
+
+__all__ = ["MASKING", "Miner", "Templates"]

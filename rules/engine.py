@@ -24,7 +24,9 @@ from ascend_doctor.core.events import (
 from ascend_doctor.rules.blocks import merge_blocks
 from ascend_doctor.rules.catalogue import Catalogues, load_catalogues
 from ascend_doctor.rules.codes import CODE_KEYS, CodeHit, CodeIndex
+from ascend_doctor.rules.drain import Templates
 from ascend_doctor.rules.ecc import EccWatch
+from ascend_doctor.rules.echo import is_request_log, may_echo
 from ascend_doctor.rules.findings import (
     Hit,
     code_finding,
@@ -38,8 +40,8 @@ from ascend_doctor.rules.infer import Model, kind_of, model_for, unit_text
 from ascend_doctor.rules.lines import Lines
 from ascend_doctor.rules.loader import QUIET_WINDOW, Rule, RuleSet, ThresholdRule
 from ascend_doctor.rules.matcher import MAX_LINE, make_prefilter
-from ascend_doctor.rules.parse import Parsed, is_request_log, may_echo, parse
-from ascend_doctor.rules.unrecognised import UNIT_KEYS, Templates, error_units
+from ascend_doctor.rules.parse import Parsed, parse
+from ascend_doctor.rules.unrecognised import UNIT_KEYS, error_units
 
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
     "==": operator.eq,

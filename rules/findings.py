@@ -13,10 +13,11 @@ from ascend_doctor.core import regex
 from ascend_doctor.core.events import Category, Finding, LogChunk, LogLine, Role, Severity
 from ascend_doctor.rules.catalogue import Entry
 from ascend_doctor.rules.codes import CodeHit, device_of
+from ascend_doctor.rules.drain import Templates
 from ascend_doctor.rules.infer import Model, infer, unit_text
 from ascend_doctor.rules.lines import Lines
 from ascend_doctor.rules.parse import Parsed, parse
-from ascend_doctor.rules.unrecognised import Templates, Unit, error_units
+from ascend_doctor.rules.unrecognised import Unit, error_units
 
 _DEVICE_CATEGORIES = frozenset(
     {Category.DEVICE_FAULT, Category.DEVICE_UNAVAILABLE, Category.AICORE_ERROR}

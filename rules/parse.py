@@ -457,43 +457,9 @@ def message(line: bytes) -> bytes:
     return line[parse(line).message :]
 
 
-ECHO_LOGGERS = regex.compile(r"(?:^|/)dump_input\.py:")
-"""vLLM loggers that echo requests back: ``dump_input.py`` dumps the scheduler output (request
-ids, token counts, sampling parameters) at ERROR level after an engine failure; the failure
-itself is the traceback that follows."""
-
-
-_ECHO_WORDS = regex.compile(
-    rb"Received request |Received raw HTTP request |Generated response |Request |dump_input\.py:"
-)
-"""Words every echo holds: each ``REQUEST_LOG`` form starts with one, the dump names its file.
-A line without any is no echo, and is not parsed to find out."""
-
-
-def is_request_log(line: bytes) -> bool:
-    """True for lines that echo requests back: vLLM's request logger (prompts and outputs)
-    and its engine-failure input dump."""
-    if _ECHO_WORDS.search(line) is None:
-        return False
-    return _is_echo(line)
-
-
-def may_echo(data: bytes, start: int, end: int) -> bool:
-    """False when ``data[start:end]`` holds none of an echo's words (no copy is made)."""
-    return _ECHO_WORDS.search(data, start, end) is not None
-
-
-def _is_echo(line: bytes) -> bool:
-    p = parse(line)
-    if p.header == "vllm" and ECHO_LOGGERS.search(p.logger):
-        return True
-    return REQUEST_LOG.match(line, p.message) is not None
-
-
 __all__ = [
     "CANN_CODE",
     "CONTINUATION",
-    "ECHO_LOGGERS",
     "ERROR_WORD",
     "EXCEPTION",
     "EXCEPTION_LINE",
@@ -506,8 +472,6 @@ __all__ = [
     "REQUEST_LOG",
     "TRACEBACK",
     "Parsed",
-    "is_request_log",
-    "may_echo",
     "message",
     "parse",
 ]

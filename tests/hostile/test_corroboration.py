@@ -15,7 +15,7 @@ from ascend_doctor.core.events import Finding, IncidentState, LogChunk, Outcome,
 from ascend_doctor.core.launch import LaunchSpec
 from ascend_doctor.core.store import Store
 from ascend_doctor.rules import Engine, load_rules
-from ascend_doctor.rules.parse import is_request_log
+from ascend_doctor.rules.echo import is_request_log
 from tests.fakes import FakeServer
 
 RULES = load_rules()

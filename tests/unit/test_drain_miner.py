@@ -8,8 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ascend_doctor.rules.drain import Miner
-from ascend_doctor.rules.unrecognised import MASKING
+from ascend_doctor.rules.drain import MASKING, Miner
 
 ROOT = Path(__file__).parent.parent
 
@@ -48,8 +47,7 @@ def test_a_miner_leaves_drain3_whole_and_skips_its_persistence() -> None:
     # and drain3.TemplateMiner still imports when asked for
     code = (
         "import sys\n"
-        "from ascend_doctor.rules.drain import Miner\n"
-        "from ascend_doctor.rules.unrecognised import MASKING\n"
+        "from ascend_doctor.rules.drain import MASKING, Miner\n"
         "assert Miner(0.5, MASKING).template('error 12 at 0x1f') == 'error <NUM> at <HEX>'\n"
         "assert 'jsonpickle' not in sys.modules and 'drain3.template_miner' not in sys.modules\n"
         "import drain3\n"

@@ -14,8 +14,9 @@ import pytest
 from ascend_doctor.core.events import LogChunk
 from ascend_doctor.rules import Engine, load_rules
 from ascend_doctor.rules import lines as lines_mod
+from ascend_doctor.rules.echo import _ECHO_WORDS, is_request_log
 from ascend_doctor.rules.matcher import prefix_pattern
-from ascend_doctor.rules.parse import _ECHO_WORDS, REQUEST_LOG, is_request_log
+from ascend_doctor.rules.parse import REQUEST_LOG
 
 ROOT = Path(__file__).parent.parent
 RULES = load_rules()

@@ -2,7 +2,8 @@
 
 import pytest
 
-from ascend_doctor.rules.parse import is_request_log, message, parse
+from ascend_doctor.rules.echo import is_request_log
+from ascend_doctor.rules.parse import message, parse
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ascend_doctor.rules import echo as E
 from ascend_doctor.rules import parse as P
+from ascend_doctor.rules import stated as S
 from ascend_doctor.rules import unrecognised as U
 
 ROOT = Path(__file__).parent.parent
@@ -44,8 +46,8 @@ def _lines() -> tuple[bytes, ...]:
 
 
 GUARDS: list[tuple[str, re.Pattern[bytes], Callable[[bytes], bool]]] = [
-    ("FATAL", P.FATAL, U._may_be_fatal),
-    ("STATED_ERROR", U.STATED_ERROR, U._may_state_error),
+    ("FATAL", P.FATAL, S.may_be_fatal),
+    ("STATED_ERROR", S.STATED_ERROR, S.may_state_error),
     ("REQUEST_LOG", P.REQUEST_LOG, lambda m: m.startswith((b"Re", b"Ge"))),
     # error_units tries TRACEBACK only on the lines _traceback_lines found
     ("TRACEBACK", P.TRACEBACK, lambda m: b"Traceback" in m),
@@ -122,7 +124,7 @@ def test_one_exception_pattern_matches_as_the_two(text: bytes) -> None:
 @pytest.mark.parametrize(
     ("pattern", "guard"),
     [
-        (P.ECHO_LOGGERS, lambda s: "dump_input.py:" in s),
+        (E.ECHO_LOGGERS, lambda s: "dump_input.py:" in s),
         (U.REQUEST_LOGGERS, lambda s: "serving" in s or "protocol.py:" in s),
     ],
     ids=["ECHO_LOGGERS", "REQUEST_LOGGERS"],
@@ -143,12 +145,12 @@ def test_no_logger_a_pattern_finds_is_turned_away(
 
 def _harmless_before(msg: bytes) -> bool:
     """``_harmless`` as it was: two lowerings, words tested by generators."""
-    if U._ignorable(msg):
+    if S.ignorable(msg):
         return True
     low = msg[:2000].lower()
     return (
-        any(word in low for word in U._FALLBACK_WORDS)
-        and U.FALLBACK.search(msg, 0, 2000) is not None
+        any(word in low for word in S._FALLBACK_WORDS)
+        and S.FALLBACK.search(msg, 0, 2000) is not None
     )
 
 
@@ -158,8 +160,8 @@ PHRASES += [b"use the default instead", b"retrying", b"Skipped", b"disabled", b"
 
 def test_harmless_reads_every_corpus_line_as_before() -> None:
     lines = _lines()
-    assert [U._harmless(m) for m in lines] == [_harmless_before(m) for m in lines]
-    assert any(U._harmless(m) for m in lines)
+    assert [S.harmless(m) for m in lines] == [_harmless_before(m) for m in lines]
+    assert any(S.harmless(m) for m in lines)
 
 
 @settings(max_examples=800, deadline=None)
@@ -172,7 +174,7 @@ def test_harmless_reads_every_corpus_line_as_before() -> None:
 )
 def test_harmless_as_before_on_phrases(parts: list[bytes], pad: int) -> None:
     msg = b"a" * pad + b" ".join(parts)
-    assert U._harmless(msg) == _harmless_before(msg)
+    assert S.harmless(msg) == _harmless_before(msg)
 
 
 def _holds_traceback_before(data: bytes, start: int) -> bool:
