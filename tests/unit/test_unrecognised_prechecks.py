@@ -189,3 +189,27 @@ def test_traceback_lines_are_the_lines_holding_one(parts: list[bytes]) -> None:
     starts = [0] + [i + 1 for i, c in enumerate(data) if c == 0x0A]
     holders = U._traceback_lines(data)
     assert {s for s in starts if _holds_traceback_before(data, s)} == holders
+
+
+def test_tracebacks_are_found_alike_line_by_line_and_in_one_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # error_units searches each candidate line for a traceback header where candidates are
+    # few (a benign chunk) and the whole chunk in one pass where they are many: the same units
+    texts = [
+        entry["text"].encode() + b"\n"
+        for name in ("failures.jsonl", "benign.jsonl")
+        for entry in map(
+            json.loads, (ROOT / "corpus" / "dev" / name).read_text("utf-8").splitlines()
+        )
+    ]
+    texts += [p.read_bytes() for p in sorted((ROOT / "fixtures").rglob("*.log"))]
+    texts += [
+        p.read_bytes() for p in sorted((ROOT / "corpus" / "dev" / "incidents").rglob("*.txt"))
+    ]
+    units = {}
+    for per_line in (0, 1 << 40):
+        monkeypatch.setattr(U, "PER_LINE", per_line)
+        units[per_line] = [U.error_units(t) for t in texts]
+    assert units[0] == units[1 << 40]
+    assert sum(u.first != u.last for us in units[0] for u in us) > 20  # tracebacks among them
