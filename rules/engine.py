@@ -83,7 +83,7 @@ def fill(template: str, values: dict[str, Any]) -> str:
 class _Filler:
     """:func:`fill` of one template with text captures, its ``[[...]]`` parts found once: a
     rule fills its subject and summary for every match, thousands of times in a
-    failure-dense log (a tenth of its scan, when each fill looked for the parts again)."""
+    failure-dense log, where each fill used to look for the parts again."""
 
     __slots__ = ("_joined", "_optional", "_parts", "_plain", "_template")
 
