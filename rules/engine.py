@@ -65,25 +65,13 @@ _NAME = regex.compile(r"\{(\w+)\}")
 def fill(template: str, values: dict[str, Any]) -> str:
     """Fill a ``{name}`` template. A ``[[...]]`` part is kept only when every name in it
     has a value (optional captures); other unknown names become ``?``."""
-
-    def optional(m: re.Match[str]) -> str:
-        names = _NAME.findall(m.group(1))
-        return m.group(1) if all(values.get(n) not in (None, "") for n in names) else ""
-
-    if "[[" in template:
-        template = _OPTIONAL.sub(optional, template)
-    elif "{" not in template:
-        return template
-    try:
-        return template.format_map(_Blank({k: _text(v) for k, v in values.items()}))
-    except (ValueError, IndexError):
-        return template
+    return _Filler(template)({k: _text(v) for k, v in values.items()}, values)
 
 
 class _Filler:
     """:func:`fill` of one template with text captures, its ``[[...]]`` parts found once: a
-    rule fills its subject and summary for every match, thousands of times in a
-    failure-dense log, where each fill used to look for the parts again."""
+    rule makes one for its subject and one for its summary, filled for every match,
+    thousands of times in a failure-dense log."""
 
     __slots__ = ("_joined", "_optional", "_parts", "_plain", "_template")
 
@@ -102,20 +90,25 @@ class _Filler:
         self._parts = parts
         self._joined: dict[tuple[bool, ...], str] = {}
 
-    def __call__(self, captures: dict[str, str]) -> str:
+    def __call__(self, captures: dict[str, str], given: dict[str, Any] | None = None) -> str:
+        """The template filled with ``captures``; an optional part is kept when each of its
+        names has a value in ``given`` (the values before they were made text; default:
+        ``captures``)."""
         template = self._template
         if self._optional:
+            values = captures if given is None else given
             present = tuple(
-                all(captures.get(n) not in (None, "") for n in names)
+                all(values.get(n) not in (None, "") for n in names)
                 for _, names in self._parts
                 if names is not None
             )
-            template = self._joined.get(present, "")
-            if not template:
+            joined = self._joined.get(present)
+            if joined is None:
                 kept = iter(present)
-                template = self._joined[present] = "".join(
+                joined = self._joined[present] = "".join(
                     text if names is None or next(kept) else "" for text, names in self._parts
                 )
+            template = joined
         elif self._plain:
             return template
         try:

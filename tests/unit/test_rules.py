@@ -141,14 +141,28 @@ def test_optional_parts_of_a_summary() -> None:
 
 
 def test_a_rule_fills_its_templates_as_fill_does() -> None:
-    # the engine fills a rule's subject and summary with a _Filler made once per template:
-    # every template of the packs (and odd ones), with every subset of its names captured
-    # (empty captures too), gives what fill gives
+    # the engine fills a rule's subject and summary with a _Filler made once per template
+    # (fill makes one per call): every template of the packs (and odd ones), with every
+    # subset of its names captured (empty captures too), gives what a fill that looks for
+    # the [[...]] parts in the template each time gives
     import itertools
     import re
 
-    from ascend_doctor.rules import fill
-    from ascend_doctor.rules.engine import _Filler
+    from ascend_doctor.rules.engine import _Blank, _Filler
+
+    def fill(template: str, values: dict[str, str]) -> str:
+        def optional(m: re.Match[str]) -> str:
+            names = re.findall(r"\{(\w+)\}", m.group(1))
+            return m.group(1) if all(values.get(n) not in (None, "") for n in names) else ""
+
+        if "[[" in template:
+            template = re.sub(r"\[\[(.*?)\]\]", optional, template, flags=re.S)
+        elif "{" not in template:
+            return template
+        try:
+            return template.format_map(_Blank(values))
+        except (ValueError, IndexError):
+            return template
 
     templates = {t for rule in RULES.text for t in (rule.subject, rule.summary)}
     assert sum("[[" in t for t in templates) > 5
@@ -238,3 +252,12 @@ def test_every_shipped_rule_that_disrupts_a_server_requires_a_level() -> None:
         and r.id != "hccl-heartbeat-lost"  # HCCL prints its heartbeat status as INFO/EVENT
     ]
     assert loose == []
+
+
+def test_fill_keeps_an_optional_part_by_the_values_given() -> None:
+    # a value of None has no part of its own, yet fills a plain {name} as text
+    from ascend_doctor.rules import fill
+
+    assert fill("x[[ on {d}]] {d}", {"d": None}) == "x None"
+    assert fill("x[[ on {d}]]", {"d": 0}) == "x on 0"
+    assert fill("{n} reqs", {"n": 2.0}) == "2 reqs"
