@@ -5,7 +5,7 @@ prompt may quote any error, so such a line is never evidence of one.
 from __future__ import annotations
 
 from ascend_doctor.core import regex
-from ascend_doctor.rules.parse import REQUEST_LOG, parse
+from ascend_doctor.rules.parse import REQUEST_LOG, Parsed, parse
 
 ECHO_LOGGERS = regex.compile(r"(?:^|/)dump_input\.py:")
 """vLLM loggers that echo requests back: ``dump_input.py`` dumps the scheduler output (request
@@ -34,10 +34,18 @@ def may_echo(data: bytes, start: int, end: int) -> bool:
 
 
 def _is_echo(line: bytes) -> bool:
-    p = parse(line)
-    if p.header == "vllm" and ECHO_LOGGERS.search(p.logger):
+    return echoed(line, parse(line))
+
+
+def echoed(line: bytes, p: Parsed) -> bool:
+    """``line``, whose fields are ``p``, echoes a request: a ``REQUEST_LOG`` form at its
+    message (each starts ``Re`` or ``Ge``), or vLLM's input dump (``ECHO_LOGGERS``)."""
+    if p.header == "vllm" and "dump_input.py:" in p.logger and ECHO_LOGGERS.search(p.logger):
         return True
-    return REQUEST_LOG.match(line, p.message) is not None
+    return (
+        line.startswith((b"Re", b"Ge"), p.message)
+        and REQUEST_LOG.match(line, p.message) is not None
+    )
 
 
-__all__ = ["ECHO_LOGGERS", "is_request_log", "may_echo"]
+__all__ = ["ECHO_LOGGERS", "echoed", "is_request_log", "may_echo"]

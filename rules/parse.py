@@ -193,7 +193,7 @@ newest ``Received raw HTTP request ID: {json}``. Prompts, parameters and outputs
 never evidence of a failure."""
 
 TRACEBACK = regex.compile(rb"\s*Traceback \(most recent call last\):")
-_DOTTED = rb"(?:[A-Za-z_][\w]{0,60}\.){0,8}"
+_DOTTED = rb"(?:[A-Za-z_]\w{0,60}\.){0,8}"
 """The packages and modules before an exception's class: ``vllm.v1.engine.exceptions.``."""
 _EXCEPTION_NAME = (
     rb"(?:[A-Z]\w{0,60})?(?:Error|Exception|Exit|Interrupt|Fault|Failed)"
@@ -205,7 +205,7 @@ _MODULE_CLASS = (
 )
 EXCEPTION = regex.compile(_DOTTED + _EXCEPTION_NAME)
 """A Python exception line: ``RuntimeError: ...``, ``vllm....EngineDeadError: ...``, a repr."""
-MODULE_EXCEPTION = regex.compile(rb"(?:[A-Za-z_]\w{0,60}\.){0,8}" + _MODULE_CLASS)
+MODULE_EXCEPTION = regex.compile(_DOTTED + _MODULE_CLASS)
 """A class of a package's exception module, whatever its name says, printed alone (no
 traceback before it): ``torch._dynamo.exc.Unsupported: ...`` (torch/_dynamo/exc.py, also
 torch._inductor.exc), ``triton.runtime.errors.OutOfResources: ...`` (triton/runtime/
@@ -216,7 +216,7 @@ which every line it matches holds; tried there with ``EXCEPTION`` (``EXCEPTION_L
 MODULE_EXCEPTION_WORDS = (b".exc.", b".errors.", b"pkg_resources.")
 EXCEPTION_LINE = regex.compile(_DOTTED + b"(?:" + _EXCEPTION_NAME + b"|" + _MODULE_CLASS + b")")
 """``EXCEPTION`` or ``MODULE_EXCEPTION`` in one match: both start with the same packages
-(``_DOTTED``, written with the same class of word bytes), so the names after them are
+(``_DOTTED``), so the names after them are
 alternatives, and the matcher backtracks through every split of the packages for both: a
 line one of them matches is matched. One pattern costs a candidate line a third of what the
 two and a test for the words did (issue 18)."""

@@ -30,6 +30,16 @@ not an error, when nothing but its wording says it failed."""
 
 _FALLBACK_WORDS = (b"fall", b"instead", b"retr", b"try again", b"skipp", b"ignor", b"disabl")
 """Words every ``FALLBACK`` phrase holds (lower case): a line with none is searched no more."""
+_IGNORE_WORDS = (b"ignore", b"harmless", b"not affect")
+"""Words every ``IGNORABLE`` phrase holds (lower case)."""
+
+
+def _holds(low: bytes, words: tuple[bytes, ...]) -> bool:
+    """``low`` holds one of ``words`` (a loop: cheaper than ``any`` over a generator)."""
+    for word in words:
+        if word in low:
+            return True
+    return False
 
 
 def ignorable(msg: bytes) -> bool:
@@ -39,22 +49,11 @@ def ignorable(msg: bytes) -> bool:
 
 def harmless(msg: bytes) -> bool:
     """The line says it can be ignored, or that the program goes on another way. The first
-    2000 bytes are lowered once for both sets of words (``may_ignore``, ``_FALLBACK_WORDS``),
-    each word tested in turn rather than by a generator."""
+    2000 bytes are lowered once for both sets of words."""
     low = msg[:2000].lower()
-    if (b"ignore" in low or b"harmless" in low or b"not affect" in low) and IGNORABLE.search(
-        msg, 0, 2000
-    ) is not None:
+    if _holds(low, _IGNORE_WORDS) and IGNORABLE.search(msg, 0, 2000) is not None:
         return True
-    return (
-        b"fall" in low
-        or b"instead" in low
-        or b"retr" in low
-        or b"try again" in low
-        or b"skipp" in low
-        or b"ignor" in low
-        or b"disabl" in low
-    ) and FALLBACK.search(msg, 0, 2000) is not None
+    return _holds(low, _FALLBACK_WORDS) and FALLBACK.search(msg, 0, 2000) is not None
 
 
 EXIT_NOISE = regex.compile(
@@ -70,8 +69,7 @@ def may_ignore(msg: bytes) -> bool:
     """False when ``IGNORABLE`` cannot match ``msg``: its first 2000 bytes hold none of the
     words every one of its phrases has (case-insensitive, ASCII, as the pattern). The phrase
     search tries a dozen case-folded branches at every byte; most ERROR lines have none."""
-    low = msg[:2000].lower()
-    return b"ignore" in low or b"harmless" in low or b"not affect" in low
+    return _holds(msg[:2000].lower(), _IGNORE_WORDS)
 
 
 def may_fail(msg: bytes) -> bool:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from ascend_doctor.core import regex
 from ascend_doctor.rules.blocks import block_around
-from ascend_doctor.rules.echo import ECHO_LOGGERS
+from ascend_doctor.rules.echo import echoed
 from ascend_doctor.rules.parse import (
     CANN_CODE,
     CANN_TRACE,
@@ -28,7 +28,6 @@ from ascend_doctor.rules.parse import (
     FATAL,
     HOST_FAULT,
     JSON_ERROR,
-    REQUEST_LOG,
     TRACEBACK,
     Parsed,
     parse,
@@ -238,17 +237,10 @@ def error_units(
     for start in sorted(set(found) | extra) if extra else found:
         if start <= covered_to:
             continue
-        # _parsed, inline: this runs for every candidate line
-        end = data.find(b"\n", start)
-        line = data[start : end if end >= 0 else len(data)]
-        p = parsed.get(start)
-        if p is None:
-            p = parsed[start] = parse(line)
-        msg = line[p.message :]
-        if (msg.startswith((b"Re", b"Ge")) and REQUEST_LOG.match(msg)) or (
-            p.header == "vllm" and "dump_input.py:" in p.logger and ECHO_LOGGERS.search(p.logger)
-        ):
+        line, p = _parsed(data, start, parsed)
+        if echoed(line, p):
             continue  # echoes of requests (prompts, outputs, the scheduler dump)
+        msg = line[p.message :]
         if source == "host":  # the kernel's log: its fault reports and drivers' ERROR lines
             if HOST_FAULT.match(line):
                 units.append(Unit(start, start, start, False))
