@@ -439,6 +439,14 @@ def _kill_when_counting(w: World, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(w.incidents, "stepped", stepped)
 
 
+async def _next_doctor(w: World) -> tuple[IncidentManager, Remediator]:
+    """A new doctor on the world's store, past its recovery of the one before."""
+    incidents = IncidentManager(w.store, IncidentsConfig(), clock=lambda: w.now)
+    remediator = Remediator(w.ctx, incidents, RULES)
+    await recover(w.ctx, incidents, remediator.record)
+    return incidents, remediator
+
+
 async def test_a_doctor_killed_before_counting_a_step_leaves_it_to_the_next_to_count(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -453,9 +461,7 @@ async def test_a_doctor_killed_before_counting_a_step_leaves_it_to_the_next_to_c
     assert w.store.inflight() is not None, "what the next doctor needs to count it"
 
     w.now += 5  # a new doctor: its recovery, then the server's start, then the failure again
-    incidents = IncidentManager(w.store, IncidentsConfig(), clock=lambda: w.now)
-    remediator = Remediator(w.ctx, incidents, RULES)
-    await recover(w.ctx, incidents, remediator.record)
+    incidents, remediator = await _next_doctor(w)
     inc = w.store.incident(inc_id)
     assert (inc.step, inc.state) == (1, IncidentState.MITIGATING)
     assert w.store.inflight() is None
@@ -490,9 +496,7 @@ async def test_a_doctor_killed_after_the_diagnostics_leaves_the_step_to_run_agai
     assert w.store.inflight() is None, "collect_diagnostics, optional, leaves none"
 
     w.now += 5  # a new doctor: nothing for recovery, the server starts, the failure again
-    incidents = IncidentManager(w.store, IncidentsConfig(), clock=lambda: w.now)
-    remediator = Remediator(w.ctx, incidents, RULES)  # it names the optional actions
-    await recover(w.ctx, incidents, remediator.record)
+    incidents, remediator = await _next_doctor(w)  # it names the optional actions
     incidents.note_start(w.now)
     w.now += 1
     # only diagnostics recorded: nothing was decided, the step runs again (it was stuck open)
