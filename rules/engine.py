@@ -21,6 +21,7 @@ from ascend_doctor.core.events import (
     Role,
     Sample,
 )
+from ascend_doctor.rules import container
 from ascend_doctor.rules.blocks import merge_blocks
 from ascend_doctor.rules.catalogue import Catalogues, load_catalogues
 from ascend_doctor.rules.codes import CODE_KEYS, CodeHit, CodeIndex
@@ -193,8 +194,14 @@ class Engine:
 
         Rule matches and catalogued codes are gathered first (one per line: the best),
         blocks are merged, then every error unit nothing explained becomes an
-        ``unrecognised`` finding. Request-log lines are never evidence.
+        ``unrecognised`` finding. Request-log lines are never evidence. A Docker json-file
+        log is read as the lines its records hold (rules/container.py).
         """
+        if chunk.source == "server" and (docker := container.decoded(chunk)) is not None:
+            return docker.restore(self._scan(docker.chunk, None))
+        return self._scan(chunk, marks)
+
+    def _scan(self, chunk: LogChunk, marks: list[int] | None) -> list[Finding]:
         data = chunk.data
         lines = Lines(chunk, marks)
         self.lines_scanned += lines.total()
