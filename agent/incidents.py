@@ -26,6 +26,7 @@ from ascend_doctor.core.events import (
     Finding,
     Incident,
     IncidentState,
+    Outcome,
     Role,
 )
 from ascend_doctor.core.store import Store
@@ -117,7 +118,7 @@ class IncidentManager:
                         inc = self.store.update_incident(inc.id, subject=f.subject)
                     return inc, self._recurred(inc, f)
             for inc in reversed(near):
-                if inc.state == IncidentState.OPEN and not self.store.actions(inc.id):
+                if inc.state == IncidentState.OPEN and self._undecided(inc):
                     if not self._has_root(inc):
                         # the cause arrived after its symptom: it becomes the incident's root
                         log.warning("incident %d: root cause is %s", inc.id, f.summary)
@@ -209,6 +210,16 @@ class IncidentManager:
         inc = self.store.open_incident(f)
         log.warning("incident %d opened: %s (%s)", inc.id, f.summary, f.category)
         return inc
+
+    def _undecided(self, inc: Incident) -> bool:
+        """Nothing has acted on the incident yet: no step counted, and what is recorded only
+        waited (a hold for a second signal, a cooldown, remediation off: refusals) or looked
+        (the optional diagnostics). A root that arrives after its symptom may then still give
+        the incident its category and plan; once a step ran, the plan it started stays."""
+        return inc.step == 0 and all(
+            a.outcome == Outcome.REFUSED or a.name in self.optional
+            for a in self.store.actions(inc.id)
+        )
 
     def _has_root(self, inc: Incident) -> bool:
         return any(x.finding.role == Role.ROOT for x in self.store.findings(inc.id))

@@ -150,3 +150,42 @@ def test_an_open_incident_with_only_optional_actions_is_undecided(
     again = incidents.ingest([finding("rt-aicore-exception", clock, offset=2)])
     assert again == ([inc_id] if fresh else [])
     assert store.incident(inc_id).state == IncidentState.OPEN
+
+
+@pytest.mark.parametrize(
+    ("recorded", "promoted"),
+    [
+        ((), True),
+        ((("corroborate", Outcome.REFUSED),), True),  # held for a second signal: nothing acted
+        ((("plan", Outcome.REFUSED),), True),  # a cooldown deferral
+        ((("collect_diagnostics", Outcome.OK),), True),  # optional: it only looked
+        ((("restart", Outcome.OK),), False),  # a step acted: its plan stays
+        ((("restart", Outcome.SUGGESTED),), False),  # suggested to the operator: decided
+    ],
+)
+def test_a_root_after_its_symptom_takes_the_incident_while_nothing_acted(
+    tmp_path: Path, recorded: tuple[tuple[str, Outcome], ...], promoted: bool
+) -> None:
+    """A symptom opens the incident; its root arrives within the window. While the symptom's
+    incident only waited or looked, the root gives it its category and plan; once something
+    was decided for it, that plan stays and the root opens an incident of its own."""
+    store, clock = Store.in_dir(tmp_path), Clock()
+    incidents = IncidentManager(store, IncidentsConfig(window=120.0), clock=clock)
+    incidents.optional = OPTIONAL
+    (inc_id,) = incidents.ingest([finding("cpp-terminate", clock, offset=1)])
+    for name, outcome in recorded:
+        store.add_action(inc_id, ActionResult(name, {}, outcome, "r", clock.now))
+    clock.now += 5
+    again = incidents.ingest([finding("torch-npu-oom", clock, offset=2)])
+    inc = store.incident(inc_id)
+    if promoted:
+        assert again == [inc_id]
+        assert (inc.category.value, inc.rule) == ("npu_oom", "torch-npu-oom")
+        assert inc.plan == BY_ID["torch-npu-oom"].remediation
+        assert len(store.findings(inc_id)) == 2
+    else:  # the root opens its own incident, with its own plan
+        (other,) = again
+        assert other != inc_id
+        assert store.incident(other).rule == "torch-npu-oom"
+        assert inc.rule == "cpp-terminate"
+        assert len(store.findings(inc_id)) == 1
