@@ -15,7 +15,7 @@ import pytest
 
 from ascend_doctor.core.events import LogChunk, Severity
 from ascend_doctor.rules import Engine, RuleSet, load_rules
-from ascend_doctor.rules.container import decoded
+from ascend_doctor.rules.container import _parsed, _record, decoded
 
 ROOT = Path(__file__).resolve().parents[2]
 DEV = ROOT / "tests" / "corpus" / "dev"
@@ -163,3 +163,17 @@ def test_a_record_is_unescaped_and_a_line_that_is_none_is_read_as_it_is() -> Non
 def test_any_other_chunk_is_not_touched() -> None:
     for data in (b"INFO plain\n", b' {"log":"x\\n"}\n', b'{"level":"error","msg":"x"}\n'):
         assert decoded(LogChunk("c.log", "server", 0, data)) is None
+
+
+def test_a_plain_record_is_read_as_the_json_parser_reads_it() -> None:
+    """Records without escapes skip the JSON parser: the same line either way."""
+    texts = [line for e in _server_lines("failures.jsonl") for line in e["text"].split("\n")]
+    texts += ["", "x", "ends in a blank ", "中文 text"]
+    seen = 0
+    for text in texts:
+        for whole in (True, False):
+            for stream in ("stdout", "stderr"):
+                line = record(text, stream=stream, whole=whole).encode()
+                assert _record(line) == _parsed(line), line
+                seen += b"\\" not in line[8:-60]
+    assert seen > 300  # most took the plain path
