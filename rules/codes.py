@@ -187,14 +187,14 @@ class CodeIndex:
     def scan(self, data: bytes, start: int = 0, end: int | None = None) -> Iterator[CodeHit]:
         """Every known code in ``data[start:end]`` that its line reports as a failure (see
         ``_reported``)."""
-        headers: dict[int, tuple[str, bytes]] = {}
+        headers: dict[int, tuple[str, str, bytes]] = {}
         for m in CODE_PATTERN.finditer(data, start, len(data) if end is None else end):
             group = m.lastgroup
             if group is None:
                 continue
             value = m.group(group).decode("utf-8", "replace")
             entry = self.lookup(group, value)
-            if entry is not None and _reported(data, m, group, headers):
+            if entry is not None and _reported(data, m, headers):
                 yield CodeHit(m.start(), entry, value)
 
 
@@ -205,31 +205,29 @@ stream abort, which is expected"; HCCL's "[INFO] ... failed, ret[9], ignore plug
 modification"), never the failure itself. A plog ``EVENT`` line reads as INFO."""
 
 
-def _reported(
-    data: bytes, m: re.Match[bytes], group: str, headers: dict[int, tuple[str, bytes]]
-) -> bool:
+def _reported(data: bytes, m: re.Match[bytes], headers: dict[int, tuple[str, str, bytes]]) -> bool:
     """Whether the line holding ``m`` reports the code as a failure: not when its logging
-    header says INFO or DEBUG; at WARNING, not when the line says it goes on another way
-    ("falling back", "retrying", ``stated.harmless``) and not HCCL's own result forms
-    (``failed, ret[N]``, ``hcclRet -> N``): HCCL logs a result at WARNING only where it
-    carries on (``HCCL_WARNING(... failed, ret[%d], try env variable.)``, hicann/hccl
-    09300b7 src), its failures at ERROR. A line without a header always reports it (a CANN
-    block's body, an exception). torch_npu's "[W ...] Warning: NPU warning, error code is
-    507048" stays a failure: the task failed, the warning only reports it late."""
+    header says INFO or DEBUG; not in a CANN plog/device WARNING line: a CANN component logs
+    an operation that failed at ERROR, and at WARNING one it works around (HCCL's
+    "HcclGetHcclAlgo failed, ret[9], try env variable.", "plugin init failed, ret[5], fall
+    back to CostModel."; the runtime's "DeviceReOpen driver does not support, ret=207000";
+    hicann/hccl 09300b7 and hicann/runtime 681ef76 src); and not in another WARNING that says
+    it goes on another way ("falling back", "retrying": ``stated.harmless``). A line without a
+    header always reports it (a CANN block's body, an exception), and torch_npu's "[W ...]
+    Warning: NPU warning, error code is 507048" stays a failure: the task failed, the warning
+    only reports it late."""
     line = data.rfind(b"\n", 0, m.start()) + 1
     if line not in headers:
         stop = data.find(b"\n", m.start())
         text = data[line : len(data) if stop < 0 else stop]
         parsed = parse(text)
-        headers[line] = (parsed.level, text[parsed.message :])
-    level, message = headers[line]
+        headers[line] = (parsed.header, parsed.level, text[parsed.message :])
+    header, level, message = headers[line]
     if level in _NOTICE:
         return False
     if level != "WARNING":
         return True
-    if group == "hccl" and (m.group(0).startswith(b"hcclRet") or b"ret[" in m.group(0)):
-        return False
-    return not harmless(message)
+    return header != "plog" and not harmless(message)
 
 
 def device_of(line: bytes) -> str:

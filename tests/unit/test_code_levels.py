@@ -1,6 +1,7 @@
 """A catalogued code is evidence only where its line reports a failure (issue 14): not in a
-line whose header says INFO or DEBUG, not in a WARNING that says it goes on another way, and
-not in HCCL's own result forms at WARNING (HCCL logs a failure at ERROR)."""
+line whose header says INFO or DEBUG, not in a CANN plog WARNING (a CANN component logs a
+failed operation at ERROR, one it works around at WARNING), and not in another WARNING that
+says it goes on another way."""
 
 from __future__ import annotations
 
@@ -29,6 +30,9 @@ def _codes(line: str) -> list[tuple[str, str]]:
         PLOG.format(level="INFO") + "[Tuner] getCollInfo failed, ret[9], ignore plugin "
         "modification.",
         PLOG.format(level="EVENT") + "call trace: hcclRet -> 9",
+        # RT_LOG(RT_LOG_WARNING, "DeviceReOpen driver does not support, ret=%d, devId=%u.")
+        "[WARNING] RUNTIME(4242,python3):2026-01-06-15:38:29.881.877 [device.cc:310]4242 "
+        "ReOpen:DeviceReOpen driver does not support, ret=207000, devId=0.",
         "INFO 06-03 14:53:54 [worker.py:88] aclrtSynchronizeStream after abort: error code is "
         "507035, which is expected",
         "WARNING 06-03 14:53:54 [worker.py:88] aclnnFoo failed, error code is 561103, falling "
