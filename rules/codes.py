@@ -28,6 +28,8 @@ from dataclasses import dataclass
 
 from ascend_doctor.core import regex
 from ascend_doctor.rules.catalogue import Catalogues, Entry
+from ascend_doctor.rules.parse import parse
+from ascend_doctor.rules.stated import harmless
 
 # The number is checked against the catalogue: a keyword before a six-digit number is not
 # enough by itself (a port, a pid), so unknown numbers are dropped.
@@ -183,15 +185,49 @@ class CodeIndex:
         return None
 
     def scan(self, data: bytes, start: int = 0, end: int | None = None) -> Iterator[CodeHit]:
-        """Every known code in ``data[start:end]``."""
+        """Every known code in ``data[start:end]`` that its line reports as a failure (see
+        ``_reported``)."""
+        headers: dict[int, tuple[str, str, bytes]] = {}
         for m in CODE_PATTERN.finditer(data, start, len(data) if end is None else end):
             group = m.lastgroup
             if group is None:
                 continue
             value = m.group(group).decode("utf-8", "replace")
             entry = self.lookup(group, value)
-            if entry is not None:
+            if entry is not None and _reported(data, m, headers):
                 yield CodeHit(m.start(), entry, value)
+
+
+_NOTICE = frozenset({"INFO", "DEBUG"})
+"""Levels of a line that reports normal operation: a code in it is a setting, a sample's
+expected result or a quoted value (a CANN runtime sample's "[INFO] ... returned 507035 after
+stream abort, which is expected"; HCCL's "[INFO] ... failed, ret[9], ignore plugin
+modification"), never the failure itself. A plog ``EVENT`` line reads as INFO."""
+
+
+def _reported(data: bytes, m: re.Match[bytes], headers: dict[int, tuple[str, str, bytes]]) -> bool:
+    """Whether the line holding ``m`` reports the code as a failure: not when its logging
+    header says INFO or DEBUG; not in a CANN plog/device WARNING line: a CANN component logs
+    an operation that failed at ERROR, and at WARNING one it works around (HCCL's
+    "HcclGetHcclAlgo failed, ret[9], try env variable.", "plugin init failed, ret[5], fall
+    back to CostModel."; the runtime's "DeviceReOpen driver does not support, ret=207000";
+    hicann/hccl 09300b7 and hicann/runtime 681ef76 src); and not in another WARNING that says
+    it goes on another way ("falling back", "retrying": ``stated.harmless``). A line without a
+    header always reports it (a CANN block's body, an exception), and torch_npu's "[W ...]
+    Warning: NPU warning, error code is 507048" stays a failure: the task failed, the warning
+    only reports it late."""
+    line = data.rfind(b"\n", 0, m.start()) + 1
+    if line not in headers:
+        stop = data.find(b"\n", m.start())
+        text = data[line : len(data) if stop < 0 else stop]
+        parsed = parse(text)
+        headers[line] = (parsed.header, parsed.level, text[parsed.message :])
+    header, level, message = headers[line]
+    if level in _NOTICE:
+        return False
+    if level != "WARNING":
+        return True
+    return header != "plog" and not harmless(message)
 
 
 def device_of(line: bytes) -> str:

@@ -264,12 +264,14 @@ CANN_TRACE = regex.compile(
 an error block (a "TraceBack" of CANN calls), an error even when its code line is not there."""
 HOST_FAULT = regex.compile(
     rb"[^\n]{0,200}?(?:segfault at |general protection fault|BUG: |Kernel panic|blocked for more "
-    rb"than \d+ seconds|soft lockup|hard LOCKUP|[Hh]ardware [Ee]rror|Machine check|PCIe Bus Error"
-    rb"|EXT4-fs error|I/O error|AER: Uncorrected|\[ERROR\])"
+    rb"than \d+ seconds|soft lockup|hard LOCKUP|[Hh]ardware [Ee]rror|Machine check"
+    rb"|PCIe Bus Error: severity=Uncorrected|EXT4-fs error|I/O error|AER: Uncorrected|\[ERROR\])"
 )
 """A kernel line that reports a failure: a fault in a process, a hung task, a lockup, a
-hardware or PCIe error (the NPU sits on PCIe), a file-system error, or a driver's own
-``[ERROR]`` line (the Ascend driver writes ``[ascend] [ERROR] [module] ...``)."""
+hardware or uncorrected PCIe error (the NPU sits on PCIe), a file-system error, or a driver's
+own ``[ERROR]`` line (the Ascend driver writes ``[ascend] [ERROR] [module] ...``). A PCIe
+error the link corrected (drivers/pci/pcie/aer.c "PCIe Bus Error: severity=Corrected, ...",
+after "AER: Corrected error received") is a counter going up, not a failure."""
 CANN_CODE = regex.compile(
     rb"(?:E[0-9A-Z]\d{4}(?::|\[PID)|\[PID: \d+\] [\d:.-]+ \w+\(E[0-9A-Z]\d{4}\):)"
 )

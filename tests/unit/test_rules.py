@@ -261,3 +261,36 @@ def test_fill_keeps_an_optional_part_by_the_values_given() -> None:
     assert fill("x[[ on {d}]] {d}", {"d": None}) == "x None"
     assert fill("x[[ on {d}]]", {"d": 0}) == "x on 0"
     assert fill("{n} reqs", {"n": 2.0}) == "2 reqs"
+
+
+# The wordings the stack itself prints at INFO (or as a plog EVENT) when something is wrong:
+# HCCL's heartbeat trace, vLLM's platform resolver and its KV cache sizing, npu-smi's health
+# as vllm-ascend's check_health logs it, and pip's "INFO: ... require a different python
+# version" (a wheel for another Python).
+INFO_WORDINGS = {
+    "hccl-heartbeat-lost",
+    "vllm-no-platform",
+    "vllm-kv-cache-negative-memory",
+    "vllm-ascend-available-memory-negative",
+    "vllm-kv-cache-less-than-one-request",
+    "npu-card-health-not-ok",
+    "build-for-another-machine",
+}
+
+
+def test_no_shipped_phrase_rule_reads_an_info_line_but_the_wordings_printed_at_info() -> None:
+    # an INFO or DEBUG line reports normal operation: a phrase of a failure in it is a notice,
+    # a setting or a quote ("INFO ... Port 29500 is already in use, trying port 29501"), so
+    # every phrase rule asks for WARNING or above unless the stack prints its wording at INFO
+    # (issue 14); the kernel's log has no levels
+    loose = sorted(
+        r.id
+        for r in load_rules().text
+        if (not r.levels or r.levels & {"INFO", "DEBUG"})
+        and set(r.sources) != {"host"}
+        and r.id not in INFO_WORDINGS
+    )
+    assert loose == []
+    assert all(not r.levels for r in load_rules().text if r.id in INFO_WORDINGS), (
+        "an INFO wording rule with levels: drop it from INFO_WORDINGS"
+    )

@@ -187,6 +187,8 @@ def test_near_misses_do_not_alarm(text: str) -> None:
         "[hdcdrv_session_close 300] session close failed, ret=-5",
         "[ 1197.5] INFO: task python3:4242 blocked for more than 120 seconds.",
         "[ 12.000001] pcieport 0000:00:01.0: AER: Uncorrected (Non-Fatal) error received",
+        "[ 12.000002] pcieport 0000:00:01.0: PCIe Bus Error: severity=Uncorrected (Non-Fatal), "
+        "type=Transaction Layer, (Requester ID)",
     ],
 )
 def test_kernel_fault_reports_are_unrecognised(line: str) -> None:
@@ -199,6 +201,10 @@ def test_kernel_fault_reports_are_unrecognised(line: str) -> None:
         "Aug  1 08:38:31 localhost kernel: [ 1197.5] usb 1-1: new high-speed USB device number 2",
         "[ 5.1] ACPI Error: AE_NOT_FOUND, While resolving a named reference",
         "[ 9.1] [ascend] [INFO] [devmng] device 3 ready",
+        # drivers/pci/pcie/aer.c: an error the link corrected (issue 14)
+        "[ 12.1] pcieport 0000:00:01.0: AER: Corrected error received: 0000:01:00.0",
+        "[ 12.1] pcieport 0000:00:01.0: PCIe Bus Error: severity=Corrected, type=Physical Layer, "
+        "(Receiver ID)",
     ],
 )
 def test_kernel_noise_is_not(line: str) -> None:
