@@ -81,6 +81,42 @@ def test_an_indented_error_line_after_an_error_line_continues_it(line: str) -> N
     assert [u.first for u in error_units(text.encode())] == [0]
 
 
+# d-1161, vllm-ascend #4051: four workers' ERROR tracebacks interleaved line by line, cut before
+# rank 1's CANN code line; only its TraceBack lines are in view
+INTERLEAVED = [
+    "(Worker_TP1_EP1 pid=940664) ERROR 11-07 06:32:37 [multiproc_executor.py:671]         "
+    "TraceBack (most recent call last):",
+    "(Worker_TP3_EP3 pid=940666) ERROR 11-07 06:32:37 [multiproc_executor.py:671]   File "
+    '"/home/wxs/vllm/vllm/model_executor/custom_op.py", line 44, in forward',
+    "(Worker_TP0_EP0 pid=940663) ERROR 11-07 06:32:37 [multiproc_executor.py:671]            "
+    "^^^^^^^^^^^^^^^^^^^^^^^^^^^^^",
+    "(Worker_TP1_EP1 pid=940664) ERROR 11-07 06:32:37 [multiproc_executor.py:671]        "
+    "MoeDistributeDispatchV2 do tiling failed, ret is -1.",
+    "(Worker_TP3_EP3 pid=940666) ERROR 11-07 06:32:37 [multiproc_executor.py:671]     "
+    "return self._forward_method(*args, **kwargs)",
+    "(Worker_TP1_EP1 pid=940664) ERROR 11-07 06:32:37 [multiproc_executor.py:671]        "
+    "Check NnopbaseExecutorDoTiling(executor) failed",
+]
+
+
+def test_indented_error_lines_whose_head_is_not_in_view_are_seen_once() -> None:
+    # the lines above the first one that states an error are only more of the record's body
+    # (a CANN TraceBack header, a frame, a caret line): it continues nothing in view; the
+    # line after it that says failed continues it
+    text = "\n".join(INTERLEAVED) + "\n"
+    assert [m.split("]")[-1].strip() for m in unknown(text)] == [
+        "MoeDistributeDispatchV2 do tiling failed, ret is -1."
+    ]
+    info = "(APIServer pid=1) INFO 11-07 06:32:30 [api_server.py:1] vLLM API server version\n"
+    assert len(unknown(info + text)) == 1
+
+
+def test_indented_error_lines_under_their_head_stay_in_its_record() -> None:
+    head = INTERLEAVED[0][: INTERLEAVED[0].index("]") + 2] + "EZ9999: Inner Error!\n"
+    text = head + "\n".join(INTERLEAVED) + "\n"
+    assert [u.first for u in error_units(text.encode())] == [0]
+
+
 def test_a_chunk_read_later_may_continue_the_one_before() -> None:
     # the daemon reads a growing file in pieces: the first line of a later piece may be the
     # tail of a block the piece before held, so it is no error of its own
