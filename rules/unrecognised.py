@@ -57,6 +57,7 @@ UNIT_KEYS = (
     r"|BUG: |Kernel panic|blocked for more|lockup|LOCKUP|ardware [Ee]rror|Machine check"
     r"|Bus Error|I/O error|EXT4-fs error|AER: Uncorrected|\[(?:error|fatal|critical)\]"
     r"|\[FUNC:\w|failed|FAILED|undefined reference|has no attribute '|\.exc\.|\.errors\."
+    r"|\.exceptions\."
     r"|Reason: |pkg_resources\."
 )
 """Words of a line that may be an error line; scanned with the rules in one pass. Only a

@@ -193,13 +193,19 @@ def test_a_compiler_worker_reporting_its_parents_exit_is_no_error() -> None:
         "triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: "
         "262144, Hardware limit: 196608.",
         "torch._inductor.exc.LoweringException: AssertionError: x",
+        # rendered from requests/exceptions.py and websockets/exceptions.py: classes of an
+        # ``exceptions`` module whose names do not say Error
+        "requests.exceptions.ReadTimeout: HTTPSConnectionPool(host='example.org', port=443): "
+        "Read timed out. (read timeout=10)",
+        "websockets.exceptions.ConnectionClosed: no close frame received or sent",
         # d-0195, vllm-ascend #476 (setuptools' pkg_resources, pip's vendored copy)
         "pip._vendor.pkg_resources.ContextualVersionConflict: (numpy 2.2.4 (/usr/local/lib),"
         " Requirement.parse('numpy==1.26.4'), {'vllm-ascend'})",
     ],
 )
 def test_a_class_of_an_exception_module_printed_alone_is_seen(line: str) -> None:
-    # its name says nothing (no Error, Exception, Failed), its module does: '.exc.', '.errors.'
+    # its name says nothing (no Error, Exception, Failed), its module does: '.exc.', '.errors.',
+    # '.exceptions.'
     assert unknown(line + "\n") == [line]
 
 
@@ -210,6 +216,7 @@ def test_a_class_of_an_exception_module_printed_alone_is_seen(line: str) -> None
         '  File "/usr/lib/python3/site-packages/torch/_dynamo/exc.py", line 317, in unimplemented',
         "see torch._dynamo.exc.Unsupported for the reasons a graph breaks",
         "errors.Timeout: a bare module is no package's exception module",
+        "exceptions.Timeout: nor is this one",
     ],
 )
 def test_a_mention_of_an_exception_module_is_no_error(line: str) -> None:
