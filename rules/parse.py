@@ -390,6 +390,16 @@ def _parse_coloured(line: bytes) -> Parsed:
     return Parsed(p.header, p.level, p.message + removed, p.logger, p.module)
 
 
+LINE_PREFIX = regex.compile(
+    _OUTER.pattern + rb"(?:" + dict(_HEADERS)["vllm"].pattern + rb")?(?:\[rank\d+\]: ?)?"
+)
+"""What may come before the body of a line of a CANN error block (rules/blocks.py): every
+outer prefix ``parse`` peels (a kubelet or docker time, a compose column, vLLM and Ray
+process tags of any shape, ``[rankN]:``), vLLM's header in either of its forms (``ERROR
+09-03 19:05:48 [core.py:596]`` and the older ``ERROR 05-29 20:52:26 worker_base.py:581]``)
+and a rank tag after it. Every part is optional: it always matches, at worst empty."""
+
+
 _OUTER_OPENERS = frozenset(b"0123456789[(\x1b")
 """Bytes that open an ``_OUTER`` prefix other than syslog's month or a compose column."""
 
@@ -469,6 +479,7 @@ __all__ = [
     "FATAL",
     "HOST_FAULT",
     "JSON_ERROR",
+    "LINE_PREFIX",
     "MODULE_EXCEPTION",
     "MODULE_EXCEPTION_WORDS",
     "REQUEST_LOG",

@@ -117,6 +117,35 @@ def test_indented_error_lines_under_their_head_stay_in_its_record() -> None:
     assert [u.first for u in error_units(text.encode())] == [0]
 
 
+# d-1160, vllm-ascend #2732: a CANN block at vLLM's ERROR header (first lines of it)
+CANN_BLOCK = [
+    "EZ9999: Inner Error!",
+    "EZ9999: [PID: 191741] 2025-09-03-19:05:48.642.164 cos shape is invalid.[FUNC:GetShapeAttrs"
+    "Info][FILE:kv_rms_norm_rope_cache_tiling.cpp][LINE:298]",
+    "        TraceBack (most recent call last):",
+    "       KvRmsNormRopeCache do tiling failed, ret is -1.",
+]
+
+
+@pytest.mark.parametrize(
+    "prefix",
+    [
+        "ERROR 09-03 19:05:48 [multiproc_executor.py:596] ",
+        # as posted
+        "(VllmWorker TP6 pid=191741) ERROR 09-03 19:05:48 [multiproc_executor.py:596] ",
+        "(VllmWorker rank=0 pid=1273) ERROR 09-03 19:05:48 [multiproc_executor.py:596] ",
+        "[rank0]: ERROR 09-03 19:05:48 [multiproc_executor.py:596] ",
+        "2026-12-01T10:00:00.123456789Z stderr F ERROR 09-03 19:05:48 [multiproc_executor.py:596] ",
+        "ERROR 09-03 19:05:48 multiproc_executor.py:596] ",  # vLLM's older header
+        "(pid=1, ip=10.0.0.5) ",
+    ],
+)
+def test_a_cann_block_is_one_unit_whatever_its_lines_carry(prefix: str) -> None:
+    text = "".join(prefix + line + "\n" for line in CANN_BLOCK)
+    units = error_units(text.encode())
+    assert [(u.first, u.last) for u in units] == [(0, text.rindex(prefix))]
+
+
 def test_a_chunk_read_later_may_continue_the_one_before() -> None:
     # the daemon reads a growing file in pieces: the first line of a later piece may be the
     # tail of a block the piece before held, so it is no error of its own
