@@ -17,15 +17,14 @@ import re
 from ascend_doctor.core import regex
 from ascend_doctor.core.events import Finding, LogChunk, LogLine
 from ascend_doctor.rules.lines import Lines
+from ascend_doctor.rules.parse import LINE_PREFIX
 
 MAX_BLOCK_LINES = 60
 
-# vLLM process tag, vLLM level/time/file, torch rank prefix: any of them may precede a line.
-PREFIX = regex.compile(
-    rb"^(?:\(\w+ pid=\d+\) )?"
-    rb"(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[[^\]]*\] )?"
-    rb"(?:\[rank\d+\]: ?)?"
-)
+PREFIX = regex.compile(b"^" + LINE_PREFIX.pattern)
+"""What may precede a block's line (``parse.LINE_PREFIX``): the prefixes a posted or collected
+log adds (kubelet, docker, compose, vLLM and Ray process tags, ``[rankN]:``) and vLLM's header,
+so that a block is one block whatever its lines carry."""
 CODE_LINE = regex.compile(rb"^[EWI][0-9A-Z]\d{4}(?::|\[PID)")
 BODY_LINE = regex.compile(
     rb"^(?:[EWI][0-9A-Z]\d{4}(?::|\[PID)|Possible Cause:|Solution:|TraceBack \(most recent"

@@ -200,7 +200,7 @@ _EXCEPTION_NAME = (
     rb"(?:\(\w{1,60}(?:Error|Exception)\))?(?:: |:$|$|\(')"
 )
 _MODULE_CLASS = (
-    rb"(?:(?<=\.)exc|(?<=\.)errors|pkg_resources)\.[A-Z]\w{0,60}"
+    rb"(?:(?<=\.)exc|(?<=\.)errors|(?<=\.)exceptions|pkg_resources)\.[A-Z]\w{0,60}"
     rb"(?:: \S|:?$)"
 )
 EXCEPTION = regex.compile(_DOTTED + _EXCEPTION_NAME)
@@ -209,11 +209,13 @@ MODULE_EXCEPTION = regex.compile(_DOTTED + _MODULE_CLASS)
 """A class of a package's exception module, whatever its name says, printed alone (no
 traceback before it): ``torch._dynamo.exc.Unsupported: ...`` (torch/_dynamo/exc.py, also
 torch._inductor.exc), ``triton.runtime.errors.OutOfResources: ...`` (triton/runtime/
-errors.py), setuptools' ``pkg_resources.ContextualVersionConflict: ...`` and
-``DistributionNotFound`` (pip's vendored copy too). Proposed to the unrecognised pass by
-the literals ``.exc.``, ``.errors.`` and ``pkg_resources.`` (``MODULE_EXCEPTION_WORDS``), one of
+errors.py), a package's ``exceptions`` module (``requests.exceptions.ReadTimeout: ...`` and
+``ConnectTimeout`` from requests/exceptions.py, ``websockets.exceptions.ConnectionClosed``),
+setuptools' ``pkg_resources.ContextualVersionConflict: ...`` and ``DistributionNotFound``
+(pip's vendored copy too). Proposed to the unrecognised pass by the literals ``.exc.``,
+``.errors.``, ``.exceptions.`` and ``pkg_resources.`` (``MODULE_EXCEPTION_WORDS``), one of
 which every line it matches holds; tried there with ``EXCEPTION`` (``EXCEPTION_LINE``)."""
-MODULE_EXCEPTION_WORDS = (b".exc.", b".errors.", b"pkg_resources.")
+MODULE_EXCEPTION_WORDS = (b".exc.", b".errors.", b".exceptions.", b"pkg_resources.")
 EXCEPTION_LINE = regex.compile(_DOTTED + b"(?:" + _EXCEPTION_NAME + b"|" + _MODULE_CLASS + b")")
 """``EXCEPTION`` or ``MODULE_EXCEPTION`` in one match: both start with the same packages
 (``_DOTTED``), so the names after them are
@@ -390,6 +392,16 @@ def _parse_coloured(line: bytes) -> Parsed:
     return Parsed(p.header, p.level, p.message + removed, p.logger, p.module)
 
 
+LINE_PREFIX = regex.compile(
+    _OUTER.pattern + rb"(?:" + dict(_HEADERS)["vllm"].pattern + rb")?(?:\[rank\d+\]: ?)?"
+)
+"""What may come before the body of a line of a CANN error block (rules/blocks.py): every
+outer prefix ``parse`` peels (a kubelet or docker time, a compose column, vLLM and Ray
+process tags of any shape, ``[rankN]:``), vLLM's header in either of its forms (``ERROR
+09-03 19:05:48 [core.py:596]`` and the older ``ERROR 05-29 20:52:26 worker_base.py:581]``)
+and a rank tag after it. Every part is optional: it always matches, at worst empty."""
+
+
 _OUTER_OPENERS = frozenset(b"0123456789[(\x1b")
 """Bytes that open an ``_OUTER`` prefix other than syslog's month or a compose column."""
 
@@ -469,6 +481,7 @@ __all__ = [
     "FATAL",
     "HOST_FAULT",
     "JSON_ERROR",
+    "LINE_PREFIX",
     "MODULE_EXCEPTION",
     "MODULE_EXCEPTION_WORDS",
     "REQUEST_LOG",

@@ -57,6 +57,7 @@ UNIT_KEYS = (
     r"|BUG: |Kernel panic|blocked for more|lockup|LOCKUP|ardware [Ee]rror|Machine check"
     r"|Bus Error|I/O error|EXT4-fs error|AER: Uncorrected|\[(?:error|fatal|critical)\]"
     r"|\[FUNC:\w|failed|FAILED|undefined reference|has no attribute '|\.exc\.|\.errors\."
+    r"|\.exceptions\."
     r"|Reason: |pkg_resources\."
 )
 """Words of a line that may be an error line; scanned with the rules in one pass. Only a
@@ -92,17 +93,36 @@ _ERRORISH = regex.compile(rb"ERROR|CRITICAL|FATAL|error|fatal|\[[EF][\d ]|[EF]\d
 ``E``/``F`` letters, ``level=error``): a line without any is of no error level."""
 
 
+RECORD_LINES = 40
+"""How far back ``_isolated`` looks for the head of the record an indented ERROR line
+continues."""
+
+
 def _isolated(data: bytes, start: int, parsed: dict[int, Parsed], file_start: bool) -> bool:
-    """Whether the line at ``start`` follows no ERROR or CRITICAL line: an indented ERROR line
-    after another continues it (the next line of a logged traceback or CANN message); one
-    after none is an error of its own. The first line of a chunk is isolated only when the
-    chunk starts its file (a chunk read later may continue what the one before held)."""
-    if start == 0:
-        return file_start
-    prev = data.rfind(b"\n", 0, start - 1) + 1
-    if _ERRORISH.search(data, prev, start) is None:
-        return True  # nothing a header of an error level is written with: not parsed
-    return _parsed(data, prev, parsed)[1].level not in ("ERROR", "CRITICAL")
+    """Whether the indented ERROR line at ``start`` continues nothing in view: the ERROR lines
+    right above it are only more indented lines that state no error themselves (CANN's
+    ``TraceBack (most recent call last):``, a quoted frame, a caret line) back to a line of
+    no error level or the start of the file, so the head of its record (the exception, the
+    CANN code line) is not there: a posted log cut inside the record, or several workers'
+    records interleaved line by line. An indented ERROR line under a head, or under a line
+    that states the error, continues it (the next line of a logged traceback or CANN
+    message). The first line of a chunk is isolated only when the chunk starts its file (a
+    chunk read later may continue what the one before held)."""
+    pos = start
+    for _ in range(RECORD_LINES):
+        if pos == 0:
+            return file_start
+        prev = data.rfind(b"\n", 0, pos - 1) + 1
+        if _ERRORISH.search(data, prev, pos) is None:
+            return True  # nothing a header of an error level is written with: not parsed
+        line, p = _parsed(data, prev, parsed)
+        if p.level not in ("ERROR", "CRITICAL"):
+            return True
+        msg = line[p.message :]
+        if not CONTINUATION.match(msg) or CONTINUED_ERROR.match(msg.lstrip()):
+            return False  # the record's head, or a line of it that states the error
+        pos = prev
+    return False
 
 
 _WHAT = regex.compile(rb".{0,200}?what\(\): ")

@@ -204,12 +204,41 @@ def test_n_tokens_weigh_as_evidence_times_their_square_root() -> None:
     assert weighed.confidence == pytest.approx(want)
     assert weighed.confidence > plain.confidence  # 7 tokens weigh as 4 sqrt(7) > 7
     model = Model.fit(
-        [(c, frozenset(f"{c}{i}" for i in range(30))) for c in ("npu_oom", "host_oom")]
+        [(c, frozenset(f"{c}{i}" for i in range(30))) for c in ("npu_oom", "host_oom")],
+        background=0,  # an even mix of two families is the background's, not either's
     )
     text = frozenset({f"npu_oom{i}" for i in range(20)} | {f"host_oom{i}" for i in range(15)})
     plain, weighed = model.predict(text, None), model.predict(text)
     assert plain.category == weighed.category == "npu_oom"
     assert plain.confidence > weighed.confidence > 0.5  # 35 tokens weigh as 4 sqrt(35) < 35
+
+
+def test_the_unrecognised_class_counts_every_family_s_words_as_a_background() -> None:
+    plain, faint = Model.fit(TOY, background=0), Model.fit(TOY, background=0.5)
+    u = faint.classes.index(UNRECOGNISED)
+    # "hccl" twice in hccl_timeout's documents: half a count each in the unrecognised class
+    total = 5 + 0.5 * sum(len(t) for c, t in TOY if c != UNRECOGNISED) + 0.5 * len(faint.logp)
+    assert faint.logp["hccl"][u] == pytest.approx(math.log((0.5 * 2 + 0.5) / total))
+    assert plain.logp["hccl"][u] == pytest.approx(plain.unseen[u])
+    assert faint.logp["tensors"][u] > faint.unseen[u]
+
+
+def test_words_any_error_has_are_no_evidence_for_a_family() -> None:
+    # d-1160, vllm-ascend #2732: an EZ9999 block of a tiling check no rule knows, whose words
+    # ("invalid", "shape", "check", "failed", "workspace") every family writes; inferred
+    # env_mismatch before the unrecognised class had the background
+    block = (
+        "EZ9999: Inner Error!\n"
+        "EZ9999: [PID: 191741] 2025-09-03-19:05:48.642.164 cos shape is invalid.[FUNC:GetShape"
+        "AttrsInfo][FILE:kv_rms_norm_rope_cache_tiling.cpp][LINE:298]\n"
+        "        TraceBack (most recent call last):\n"
+        "       KvRmsNormRopeCache do tiling failed, ret is -1.\n"
+        "       Check NnopbaseExecutorDoTiling(executor) failed\n"
+        "       Check NnopbaseExecutorTilingAndUpdateBinInfo(executor) failed\n"
+        "       Check NnopbaseExecutorMatchCache(executor) failed\n"
+        "       Check NnopbaseRunForWorkspace(*executor, workspaceSize) failed\n"
+    )
+    assert [(f.rule, f.category) for f in scan(block)] == [("unrecognised", Category.UNRECOGNISED)]
 
 
 def test_too_few_known_words_name_no_family() -> None:

@@ -54,7 +54,9 @@ GUARDS: list[tuple[str, re.Pattern[bytes], Callable[[bytes], bool]]] = [
     (
         "MODULE_EXCEPTION",
         P.MODULE_EXCEPTION,
-        lambda m: b".exc." in m or b".errors." in m or b"pkg_resources." in m,
+        lambda m: (
+            b".exc." in m or b".errors." in m or b".exceptions." in m or b"pkg_resources." in m
+        ),
     ),
 ]
 
@@ -100,7 +102,7 @@ def test_no_generated_match_is_turned_away(
 
 
 def test_the_module_exception_words_are_the_ones_tested() -> None:
-    assert P.MODULE_EXCEPTION_WORDS == (b".exc.", b".errors.", b"pkg_resources.")
+    assert P.MODULE_EXCEPTION_WORDS == (b".exc.", b".errors.", b".exceptions.", b"pkg_resources.")
 
 
 def _either(text: bytes) -> bool:

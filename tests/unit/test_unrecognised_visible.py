@@ -81,6 +81,71 @@ def test_an_indented_error_line_after_an_error_line_continues_it(line: str) -> N
     assert [u.first for u in error_units(text.encode())] == [0]
 
 
+# d-1161, vllm-ascend #4051: four workers' ERROR tracebacks interleaved line by line, cut before
+# rank 1's CANN code line; only its TraceBack lines are in view
+INTERLEAVED = [
+    "(Worker_TP1_EP1 pid=940664) ERROR 11-07 06:32:37 [multiproc_executor.py:671]         "
+    "TraceBack (most recent call last):",
+    "(Worker_TP3_EP3 pid=940666) ERROR 11-07 06:32:37 [multiproc_executor.py:671]   File "
+    '"/home/wxs/vllm/vllm/model_executor/custom_op.py", line 44, in forward',
+    "(Worker_TP0_EP0 pid=940663) ERROR 11-07 06:32:37 [multiproc_executor.py:671]            "
+    "^^^^^^^^^^^^^^^^^^^^^^^^^^^^^",
+    "(Worker_TP1_EP1 pid=940664) ERROR 11-07 06:32:37 [multiproc_executor.py:671]        "
+    "MoeDistributeDispatchV2 do tiling failed, ret is -1.",
+    "(Worker_TP3_EP3 pid=940666) ERROR 11-07 06:32:37 [multiproc_executor.py:671]     "
+    "return self._forward_method(*args, **kwargs)",
+    "(Worker_TP1_EP1 pid=940664) ERROR 11-07 06:32:37 [multiproc_executor.py:671]        "
+    "Check NnopbaseExecutorDoTiling(executor) failed",
+]
+
+
+def test_indented_error_lines_whose_head_is_not_in_view_are_seen_once() -> None:
+    # the lines above the first one that states an error are only more of the record's body
+    # (a CANN TraceBack header, a frame, a caret line): it continues nothing in view; the
+    # line after it that says failed continues it
+    text = "\n".join(INTERLEAVED) + "\n"
+    assert [m.split("]")[-1].strip() for m in unknown(text)] == [
+        "MoeDistributeDispatchV2 do tiling failed, ret is -1."
+    ]
+    info = "(APIServer pid=1) INFO 11-07 06:32:30 [api_server.py:1] vLLM API server version\n"
+    assert len(unknown(info + text)) == 1
+
+
+def test_indented_error_lines_under_their_head_stay_in_its_record() -> None:
+    head = INTERLEAVED[0][: INTERLEAVED[0].index("]") + 2] + "EZ9999: Inner Error!\n"
+    text = head + "\n".join(INTERLEAVED) + "\n"
+    assert [u.first for u in error_units(text.encode())] == [0]
+
+
+# d-1160, vllm-ascend #2732: a CANN block at vLLM's ERROR header (first lines of it)
+CANN_BLOCK = [
+    "EZ9999: Inner Error!",
+    "EZ9999: [PID: 191741] 2025-09-03-19:05:48.642.164 cos shape is invalid.[FUNC:GetShapeAttrs"
+    "Info][FILE:kv_rms_norm_rope_cache_tiling.cpp][LINE:298]",
+    "        TraceBack (most recent call last):",
+    "       KvRmsNormRopeCache do tiling failed, ret is -1.",
+]
+
+
+@pytest.mark.parametrize(
+    "prefix",
+    [
+        "ERROR 09-03 19:05:48 [multiproc_executor.py:596] ",
+        # as posted
+        "(VllmWorker TP6 pid=191741) ERROR 09-03 19:05:48 [multiproc_executor.py:596] ",
+        "(VllmWorker rank=0 pid=1273) ERROR 09-03 19:05:48 [multiproc_executor.py:596] ",
+        "[rank0]: ERROR 09-03 19:05:48 [multiproc_executor.py:596] ",
+        "2026-12-01T10:00:00.123456789Z stderr F ERROR 09-03 19:05:48 [multiproc_executor.py:596] ",
+        "ERROR 09-03 19:05:48 multiproc_executor.py:596] ",  # vLLM's older header
+        "(pid=1, ip=10.0.0.5) ",
+    ],
+)
+def test_a_cann_block_is_one_unit_whatever_its_lines_carry(prefix: str) -> None:
+    text = "".join(prefix + line + "\n" for line in CANN_BLOCK)
+    units = error_units(text.encode())
+    assert [(u.first, u.last) for u in units] == [(0, text.rindex(prefix))]
+
+
 def test_a_chunk_read_later_may_continue_the_one_before() -> None:
     # the daemon reads a growing file in pieces: the first line of a later piece may be the
     # tail of a block the piece before held, so it is no error of its own
@@ -157,13 +222,19 @@ def test_a_compiler_worker_reporting_its_parents_exit_is_no_error() -> None:
         "triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: "
         "262144, Hardware limit: 196608.",
         "torch._inductor.exc.LoweringException: AssertionError: x",
+        # rendered from requests/exceptions.py and websockets/exceptions.py: classes of an
+        # ``exceptions`` module whose names do not say Error
+        "requests.exceptions.ReadTimeout: HTTPSConnectionPool(host='example.org', port=443): "
+        "Read timed out. (read timeout=10)",
+        "websockets.exceptions.ConnectionClosed: no close frame received or sent",
         # d-0195, vllm-ascend #476 (setuptools' pkg_resources, pip's vendored copy)
         "pip._vendor.pkg_resources.ContextualVersionConflict: (numpy 2.2.4 (/usr/local/lib),"
         " Requirement.parse('numpy==1.26.4'), {'vllm-ascend'})",
     ],
 )
 def test_a_class_of_an_exception_module_printed_alone_is_seen(line: str) -> None:
-    # its name says nothing (no Error, Exception, Failed), its module does: '.exc.', '.errors.'
+    # its name says nothing (no Error, Exception, Failed), its module does: '.exc.', '.errors.',
+    # '.exceptions.'
     assert unknown(line + "\n") == [line]
 
 
@@ -174,6 +245,7 @@ def test_a_class_of_an_exception_module_printed_alone_is_seen(line: str) -> None
         '  File "/usr/lib/python3/site-packages/torch/_dynamo/exc.py", line 317, in unimplemented',
         "see torch._dynamo.exc.Unsupported for the reasons a graph breaks",
         "errors.Timeout: a bare module is no package's exception module",
+        "exceptions.Timeout: nor is this one",
     ],
 )
 def test_a_mention_of_an_exception_module_is_no_error(line: str) -> None:
