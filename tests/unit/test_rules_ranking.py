@@ -44,6 +44,24 @@ def test_the_first_ranks_failure_before_the_other_ranks_timeouts() -> None:
     assert cause is not None and cause.category == Category.AICORE_ERROR
 
 
+def test_the_failing_ranks_error_before_the_watchdogs_printed_ahead_of_it() -> None:
+    """Another rank's watchdog gives up and prints first; the aicore timeout on the device
+    that stopped the collective is the cause (vllm-ascend#4972, as posted)."""
+    text = (
+        "[rank7]:[E1212 12:10:10.131512730 compiler_depend.ts:1675] [Rank 7] HCCL watchdog "
+        "thread terminated with exception:\n"
+        "[ERROR] 2025-12-12-12:10:10 (PID:402, Device:7, RankID:-1) ERR02005 DIST internal "
+        "error\n"
+        "[285] [2025-12-12 12:10:10:644] torch.distributed: [ERROR] [479] Find exception when "
+        "finishedNPUExecutionInternal, query:build/CMakeFiles/torch_npu.dir/compiler_depend.ts:59"
+        " NPU function error: acl::AclQueryEventRecordedStatus(event_, &currStatus), error code "
+        "is 507014\n"
+        "[Error]: The aicore execution times out.\n"
+    )
+    cause = first_cause(findings(text))
+    assert cause is not None and cause.category == Category.AICORE_ERROR
+
+
 def test_the_device_fault_before_the_runtime_errors_on_it() -> None:
     text = (
         "RuntimeError: NPU function error: aclrtSynchronizeStream, error code is 507035\n"
