@@ -27,8 +27,11 @@ TIER: dict[Category, int] = {
     Category.ENV_MISMATCH: 0,
     Category.DEVICE_FAULT: 0,
     Category.HOST_OOM: 0,
+    # another process holding the device is a precondition as far up the chain as a faulty
+    # device: the driver's queries then fail with its code (87, resource occupied) in
+    # wordings that read as a driver or version problem (halGetDeviceInfo ... ret:87)
+    Category.DEVICE_BUSY: 0,
     Category.DEVICE_UNAVAILABLE: 1,
-    Category.DEVICE_BUSY: 1,
     Category.PORT_IN_USE: 1,
     Category.NPU_OOM: 1,
     Category.KV_CACHE_INSUFFICIENT: 1,

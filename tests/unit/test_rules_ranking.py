@@ -44,6 +44,41 @@ def test_the_first_ranks_failure_before_the_other_ranks_timeouts() -> None:
     assert cause is not None and cause.category == Category.AICORE_ERROR
 
 
+def test_the_failing_ranks_error_before_the_watchdogs_printed_ahead_of_it() -> None:
+    """Another rank's watchdog gives up and prints first; the aicore timeout on the device
+    that stopped the collective is the cause (vllm-ascend#4972, as posted)."""
+    text = (
+        "[rank7]:[E1212 12:10:10.131512730 compiler_depend.ts:1675] [Rank 7] HCCL watchdog "
+        "thread terminated with exception:\n"
+        "[ERROR] 2025-12-12-12:10:10 (PID:402, Device:7, RankID:-1) ERR02005 DIST internal "
+        "error\n"
+        "[285] [2025-12-12 12:10:10:644] torch.distributed: [ERROR] [479] Find exception when "
+        "finishedNPUExecutionInternal, query:build/CMakeFiles/torch_npu.dir/compiler_depend.ts:59"
+        " NPU function error: acl::AclQueryEventRecordedStatus(event_, &currStatus), error code "
+        "is 507014\n"
+        "[Error]: The aicore execution times out.\n"
+    )
+    cause = first_cause(findings(text))
+    assert cause is not None and cause.category == Category.AICORE_ERROR
+
+
+def test_a_busy_device_before_the_driver_queries_that_fail_on_it() -> None:
+    """A second server on a card another one holds (vllm-ascend#2542, as posted): the
+    driver's 'resource occupied' (87) explains the failed device-type query with the same
+    code, which reads as a driver or version problem, and the generic 507899 beside it."""
+    text = (
+        "[ERROR] RUNTIME(278,python3):2025-08-26-03:01:17.587.916 [driver.cc:65]278 "
+        "GetDeviceCount:Call drvGetDevNum, drvRetCode=87.\n"
+        "[ERROR] RUNTIME(278,python3):2025-08-26-03:01:17.587.983 [api_c_device.cc:23]278 "
+        "rtGetDeviceCount:ErrCode=507899, desc=[driver error:internal error], "
+        "InnerCode=0x7020010\n"
+        "ERROR 08-26 03:01:18 [engine.py:458]         halGetDeviceInfo get device type version "
+        "failed , ret:87[FUNC:Init][FILE:config_manager.cpp][LINE:61]\n"
+    )
+    cause = first_cause(findings(text))
+    assert cause is not None and cause.category == Category.DEVICE_BUSY
+
+
 def test_the_device_fault_before_the_runtime_errors_on_it() -> None:
     text = (
         "RuntimeError: NPU function error: aclrtSynchronizeStream, error code is 507035\n"

@@ -216,13 +216,15 @@ def test_a_killed_worker_is_reported_not_waited_for(tmp_path: Path) -> None:
         ):
             got += found
     assert isinstance(died.value, OSError) and "--jobs 1" in died.value.strerror
+    # the worker dies at the first finding past _DIE_AT, which depends on the corpus the log
+    # is mixed from (a benign stretch may follow _DIE_AT): the chunk named holds that finding
+    serial = _serial(path, 16384)
+    first_past = min(f.offset for f in serial if f.offset > _DIE_AT)
     # the findings given are those of the chunks before the one it names: all of them (a
     # pool that breaks fails the results it has not read yet, so under load that may be none)
-    assert died.value.offset <= _DIE_AT
+    assert died.value.offset <= first_past
     assert all(f.offset < died.value.offset for f in got)
-    serial = _serial(path, 16384)
     assert [f.offset for f in got] == [f.offset for f in serial if f.offset < died.value.offset]
-    assert died.value.offset <= _DIE_AT + 16384
     assert got == [f for f in _serial(path, 16384) if f.offset < died.value.offset]
 
 
