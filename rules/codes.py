@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from ascend_doctor.core import regex
 from ascend_doctor.rules.catalogue import Catalogues, Entry
-from ascend_doctor.rules.parse import parse
+from ascend_doctor.rules.parse import Parsed, parse
 from ascend_doctor.rules.stated import harmless
 
 # The number is checked against the catalogue: a keyword before a six-digit number is not
@@ -184,17 +184,24 @@ class CodeIndex:
                 return self.catalogues.get("runtime_reason", entry.code)
         return None
 
-    def scan(self, data: bytes, start: int = 0, end: int | None = None) -> Iterator[CodeHit]:
+    def scan(
+        self,
+        data: bytes,
+        start: int = 0,
+        end: int | None = None,
+        parsed: dict[int, Parsed] | None = None,
+    ) -> Iterator[CodeHit]:
         """Every known code in ``data[start:end]`` that its line reports as a failure (see
-        ``_reported``)."""
-        headers: dict[int, tuple[str, str, bytes]] = {}
+        ``_reported``); ``parsed``: lines of ``data`` parsed already, by their start (the
+        engine's memo, filled in here)."""
+        memo: dict[int, Parsed] = {} if parsed is None else parsed
         for m in CODE_PATTERN.finditer(data, start, len(data) if end is None else end):
             group = m.lastgroup
             if group is None:
                 continue
             value = m.group(group).decode("utf-8", "replace")
             entry = self.lookup(group, value)
-            if entry is not None and _reported(data, m, headers):
+            if entry is not None and _reported(data, m, memo):
                 yield CodeHit(m.start(), entry, value)
 
 
@@ -205,7 +212,7 @@ stream abort, which is expected"; HCCL's "[INFO] ... failed, ret[9], ignore plug
 modification"), never the failure itself. A plog ``EVENT`` line reads as INFO."""
 
 
-def _reported(data: bytes, m: re.Match[bytes], headers: dict[int, tuple[str, str, bytes]]) -> bool:
+def _reported(data: bytes, m: re.Match[bytes], parsed: dict[int, Parsed]) -> bool:
     """Whether the line holding ``m`` reports the code as a failure: not when its logging
     header says INFO or DEBUG; not in a CANN plog/device WARNING line: a CANN component logs
     an operation that failed at ERROR, and at WARNING one it works around (HCCL's
@@ -217,17 +224,16 @@ def _reported(data: bytes, m: re.Match[bytes], headers: dict[int, tuple[str, str
     Warning: NPU warning, error code is 507048" stays a failure: the task failed, the warning
     only reports it late."""
     line = data.rfind(b"\n", 0, m.start()) + 1
-    if line not in headers:
-        stop = data.find(b"\n", m.start())
-        text = data[line : len(data) if stop < 0 else stop]
-        parsed = parse(text)
-        headers[line] = (parsed.header, parsed.level, text[parsed.message :])
-    header, level, message = headers[line]
-    if level in _NOTICE:
+    stop = data.find(b"\n", m.start())
+    p = parsed.get(line)
+    if p is None:
+        p = parsed[line] = parse(data[line : len(data) if stop < 0 else stop])
+    if p.level in _NOTICE:
         return False
-    if level != "WARNING":
+    if p.level != "WARNING":
         return True
-    return header != "plog" and not harmless(message)
+    message = data[line + p.message : len(data) if stop < 0 else stop]
+    return p.header != "plog" and not harmless(message)
 
 
 def device_of(line: bytes) -> str:

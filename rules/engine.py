@@ -250,7 +250,7 @@ class Engine:
                 keep(start, keys[index], Hit(rule.category, rule.id, self._finding, args))
         coded_errors: set[int] = set()
         for line_start in sorted(set(code_lines)) if chunk.source in CODE_SOURCES else ():
-            for hit in self._codes.scan(data, line_start, end_of(data, line_start)):
+            for hit in self._codes.scan(data, line_start, end_of(data, line_start), parsed):
                 entry = hit.entry
                 start = data.rfind(b"\n", 0, hit.start) + 1
                 if echo(start, end_of(data, start)):
