@@ -185,6 +185,10 @@ class BudgetEntry:
     """When it acted."""
     category: str
     """The category of the incident it acted on."""
+    incident: int = 0
+    """The incident whose step it booked (0: a record written before this was kept)."""
+    step: int = -1
+    """Which step of that incident's plan."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,14 +45,18 @@ class Policy:
         """The brakes' memory; a record that cannot be read is an error that fails closed."""
         return self.store.ledger()
 
-    def reserve(self, category: str) -> Verdict:
-        """Check the brakes and, when they allow it, book one step before it acts."""
+    def reserve(self, category: str, incident: int = 0, step: int = -1) -> Verdict:
+        """Check the brakes and, when they allow it, book one step before it acts. A step
+        booked already (``incident``, ``step``: a doctor died in it before it was counted, and
+        it runs again) is not booked twice: it is one step."""
         now = self.clock()
         try:
             ledger = self._ledger()
         except StoreError as exc:
             return Verdict(False, f"budget record unreadable, failing closed: {exc}")
         history, acked = ledger.history, ledger.acknowledged
+        if incident and any(e.incident == incident and e.step == step for e in history):
+            return Verdict(True)
         last_hour = [e for e in history if now - e.at < 3600]
         if len(last_hour) >= self.config.budget_per_hour:
             return Verdict(
@@ -69,7 +73,9 @@ class Policy:
                 " a human must look (acknowledge an incident of it to re-arm)",
             )
         keep = [e for e in history if now - e.at < self.config.breaker_hours * 3600]
-        self.store.set_ledger(replace(ledger, history=(*keep, BudgetEntry(now, category))))
+        self.store.set_ledger(
+            replace(ledger, history=(*keep, BudgetEntry(now, category, incident, step)))
+        )
         return Verdict(True)
 
     def cooldown(self, actions: list[str]) -> tuple[str, float] | None:

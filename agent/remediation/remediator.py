@@ -112,7 +112,7 @@ class Remediator:
                     {"cooldown": name, "wait_s": round(seconds, 1)},
                 )
                 return StepResult(restart=False, retry_at=self.ctx.clock() + seconds)
-            verdict = self.policy.reserve(inc.category.value)
+            verdict = self.policy.reserve(inc.category.value, inc.id, inc.step)
             if not verdict.allowed:
                 self._record(inc, "plan", Outcome.REFUSED, verdict.reason, {})
                 return self._escalate(inc, verdict.reason)

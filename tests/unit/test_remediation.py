@@ -507,6 +507,10 @@ async def test_a_doctor_killed_after_the_diagnostics_leaves_the_step_to_run_agai
     inc = w.store.incident(inc_id)
     assert (inc.step, inc.state) == (1, IncidentState.MITIGATING)
     assert w.store.inflight() is None
+    # one step, booked once against the host budget and the breaker, though it ran twice
+    booked = w.store.ledger().history
+    assert len(booked) == 1
+    assert [(e.category, e.incident, e.step) for e in booked] == [("aicore_error", inc_id, 0)]
 
 
 async def test_a_failed_action_recorded_before_the_doctor_died_goes_to_a_human(
