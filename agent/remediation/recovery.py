@@ -41,15 +41,24 @@ async def recover(ctx: Context, incidents: IncidentManager, record: Record) -> N
     except StoreError as exc:
         log.error("the record of the action in flight is unreadable: %s", exc)
         return
-    if flight is None:
-        return
+    if flight is not None:
+        await settle(ctx, incidents, record, flight, "the doctor stopped")
+
+
+async def settle(
+    ctx: Context, incidents: IncidentManager, record: Record, flight: InFlight, cause: str
+) -> None:
+    """Put right an action left in flight (``cause``: why it was left: the doctor died, or a
+    store write failed after it ran): its step counted when its outcome was recorded, else
+    recorded as interrupted (outcome unknown), a device it reset waited for, and the incident
+    sent to a human; then the record is cleared."""
     acts = ctx.store.actions(flight.incident_id)
     if done := [a for a in acts if a.name == flight.action and a.at >= flight.started_at]:
         _count_step(ctx, incidents, flight, done[-1])  # it finished: only the count was lost
         ctx.store.set_inflight(None)
         return
     when = time.strftime("%H:%M:%S", time.localtime(flight.started_at))
-    why = f"interrupted: the doctor stopped while {flight.action} ran (since {when})"
+    why = f"interrupted: {cause} while {flight.action} ran (since {when})"
     log.error("incident %d: %s", flight.incident_id, why)
     record(flight.incident_id, flight.action, Outcome.UNKNOWN, why, {"device": flight.device})
     if flight.device is not None:
@@ -103,4 +112,4 @@ async def _settled(ctx: Context, device: int) -> str:
         await ctx.sleep(POLL_S)
 
 
-__all__ = ["recover"]
+__all__ = ["recover", "settle"]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ascend_doctor.agent.incidents import IncidentManager
-from ascend_doctor.agent.remediation import corroborate
+from ascend_doctor.agent.remediation import corroborate, recovery
 from ascend_doctor.agent.remediation.context import Context, Done, Evidence
 from ascend_doctor.agent.remediation.device_actions import failed_device, reset_command
 from ascend_doctor.agent.remediation.policy import Policy
@@ -26,6 +26,7 @@ from ascend_doctor.agent.remediation.registry import (
     check_rules,
     describe_override,
 )
+from ascend_doctor.core.errors import StoreError
 from ascend_doctor.core.events import (
     ActionResult,
     Incident,
@@ -66,6 +67,19 @@ class Remediator:
     async def remediate(self, incident_id: int) -> StepResult:
         """Decide and run the next step for an incident; every decision is recorded."""
         store, cfg = self.ctx.store, self.ctx.config
+        try:
+            left = store.inflight()
+        except StoreError as exc:  # fails closed: something may be in flight, nothing acts
+            inc = store.incident(incident_id)
+            why = f"the record of the action in flight is unreadable, failing closed: {exc}"
+            self._record(inc, "plan", Outcome.REFUSED, why, {})
+            return self._escalate(inc, why)
+        if left is not None:
+            # a step that failed after its action ran (a store write): its outcome is not
+            # known, so it is settled as a dead doctor's is, never simply run again
+            await recovery.settle(
+                self.ctx, self.incidents, self.record, left, "a store write failed"
+            )
         inc = store.incident(incident_id)
         if inc.state not in (IncidentState.OPEN, IncidentState.MITIGATING):
             return StepResult(restart=False)
@@ -118,6 +132,7 @@ class Remediator:
                 return self._escalate(inc, verdict.reason)
         restart = False
         self._suggested_in_step = False
+        counted = False
         try:
             for planned in step:
                 done = await self._run(inc, planned, evidence)
@@ -125,13 +140,17 @@ class Remediator:
                     continue  # recorded; the step goes on without it
                 if done.outcome in (Outcome.REFUSED, Outcome.FAILED, Outcome.UNKNOWN):
                     inc = self.incidents.stepped(inc.id, applied=False)
+                    counted = True
                     return self._escalate(inc, f"{planned.name}: {done.reason}")
                 restart = restart or done.restart
             applied = restart and acting
             inc = self.incidents.stepped(inc.id, applied=applied)
+            counted = True
         finally:
-            # kept until the step is counted: a doctor killed before it leaves it to recovery.py
-            self.ctx.store.set_inflight(None)
+            # kept until the step is counted: a doctor killed before it leaves it to recovery.py,
+            # a step that raised (a store write failed) to the next decision (``settle``)
+            if counted:
+                self.ctx.store.set_inflight(None)
         observe_only = all(not ACTIONS[p.name].touches_server for p in step if p.name in ACTIONS)
         if acting and not restart and observe_only and inc.step >= len(steps):
             # A plan that only looks (a profile, a snapshot) ends with what it saw: nothing

@@ -594,3 +594,60 @@ async def test_reset_cooldown_is_kept_per_device(tmp_path: Path) -> None:
     assert w.store.actions(inc_id)[0].reason == (
         "reset_device:npu3 is cooling down: the step waits 540s"
     )
+
+
+async def test_a_step_whose_record_failed_after_it_acted_is_settled_not_run_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The action ran (the launch was changed) but the store could not record it: the step
+    raised and was not counted. When the failure comes back the step is not run again on a
+    server it already changed: its outcome is unknown, so the incident goes to a human, as a
+    dead doctor's interrupted action does."""
+    from ascend_doctor.core.errors import StoreError
+
+    w = World(tmp_path, ("vllm", "serve", "m", "--max-model-len", "32768"))
+    (inc_id,) = w.incidents.ingest([w.finding("vllm-kv-cache-max-len-estimate", KV, 10)])
+    add_action, changes = w.store.add_action, []
+    set_override = w.store.set_override
+
+    def failing(incident_id: int, result: object) -> None:
+        if getattr(result, "name", "") == "lower_max_model_len":
+            raise StoreError("database or disk is full")
+        add_action(incident_id, result)  # type: ignore[arg-type]
+
+    def counted(*args: object, **kw: object) -> None:
+        changes.append(args)
+        set_override(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(w.store, "add_action", failing)
+    monkeypatch.setattr(w.store, "set_override", counted)
+    with pytest.raises(StoreError):
+        await w.remediator.remediate(inc_id)
+    monkeypatch.setattr(w.store, "add_action", add_action)
+    assert len(changes) == 1 and w.ctx.spec().flag("--max-model-len") == "16128"
+    assert w.store.inflight() is not None, "left for the next decision"
+
+    w.now += 30  # the failure again: the incident is due
+    assert w.incidents.ingest([w.finding("vllm-kv-cache-max-len-estimate", KV, 20)]) == [inc_id]
+    result = await w.remediator.remediate(inc_id)
+    assert not result.restart
+    assert len(changes) == 1, "the launch was not changed a second time"
+    actions = [(a.name, a.outcome.value) for a in w.store.actions(inc_id)]
+    assert actions == [("lower_max_model_len", "unknown")]
+    assert "interrupted: a store write failed while lower_max_model_len ran" in (
+        w.store.actions(inc_id)[0].reason
+    )
+    assert w.store.incident(inc_id).state == IncidentState.ESCALATED
+    assert w.store.inflight() is None
+
+
+async def test_an_unreadable_record_of_the_action_in_flight_fails_closed(tmp_path: Path) -> None:
+    w = World(tmp_path, ("vllm", "serve", "m", "--max-model-len", "32768"))
+    w.store.set_meta("remediation.inflight", {"incident_id": "not a number"})
+    (inc_id,) = w.incidents.ingest([w.finding("vllm-kv-cache-max-len-estimate", KV, 10)])
+    result = await w.remediator.remediate(inc_id)
+    assert result.escalated and not result.restart
+    assert w.store.overrides() == []
+    assert w.store.actions(inc_id)[0].reason.startswith(
+        "the record of the action in flight is unreadable, failing closed"
+    )
