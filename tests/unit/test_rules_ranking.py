@@ -18,6 +18,12 @@ def findings(text: str, source: str = "server"):  # type: ignore[no-untyped-def]
     return engine.scan(LogChunk("x.log", source, 0, text.encode(), first_line=1))
 
 
+def first_category(text: str, source: str = "server") -> Category | None:
+    """The category of the cause ``diagnose`` names first in ``text``."""
+    cause = first_cause(findings(text, source))
+    return None if cause is None else cause.category
+
+
 def test_an_import_problem_comes_before_the_error_it_causes() -> None:
     text = (
         "ERROR 01-01 00:00:01 [core.py:1] NotImplementedError: There is no available ascend "
@@ -25,8 +31,7 @@ def test_an_import_problem_comes_before_the_error_it_causes() -> None:
         "ModuleNotFoundError: No module named 'vllm_ascend.quantization.w8a8'\n"
         "ERROR 01-01 00:00:02 [core.py:2] EngineCore failed to start.\n"
     )
-    cause = first_cause(findings(text))
-    assert cause is not None and cause.category == Category.ENV_MISMATCH
+    assert first_category(text) == Category.ENV_MISMATCH
 
 
 def test_the_first_ranks_failure_before_the_other_ranks_timeouts() -> None:
@@ -40,8 +45,7 @@ def test_the_first_ranks_failure_before_the_other_ranks_timeouts() -> None:
         "operation timeout: WorkHCCL(SeqNum=1, OpType=ALLREDUCE, Timeout(ms)=1800000) ran for "
         "1 ms\n"
     )
-    cause = first_cause(findings(text))
-    assert cause is not None and cause.category == Category.AICORE_ERROR
+    assert first_category(text) == Category.AICORE_ERROR
 
 
 def test_the_failing_ranks_error_before_the_watchdogs_printed_ahead_of_it() -> None:
@@ -58,8 +62,7 @@ def test_the_failing_ranks_error_before_the_watchdogs_printed_ahead_of_it() -> N
         "is 507014\n"
         "[Error]: The aicore execution times out.\n"
     )
-    cause = first_cause(findings(text))
-    assert cause is not None and cause.category == Category.AICORE_ERROR
+    assert first_category(text) == Category.AICORE_ERROR
 
 
 def test_a_busy_device_before_the_driver_queries_that_fail_on_it() -> None:
@@ -75,8 +78,7 @@ def test_a_busy_device_before_the_driver_queries_that_fail_on_it() -> None:
         "ERROR 08-26 03:01:18 [engine.py:458]         halGetDeviceInfo get device type version "
         "failed , ret:87[FUNC:Init][FILE:config_manager.cpp][LINE:61]\n"
     )
-    cause = first_cause(findings(text))
-    assert cause is not None and cause.category == Category.DEVICE_BUSY
+    assert first_category(text) == Category.DEVICE_BUSY
 
 
 def test_the_device_fault_before_the_runtime_errors_on_it() -> None:
@@ -85,8 +87,7 @@ def test_the_device_fault_before_the_runtime_errors_on_it() -> None:
         "[ERROR] RUNTIME(4242,python3):2026-12-02-12:00:01.201.339 [direct_hwts_engine.cc:407]4250 "
         "SyncTask:Device[3] lost heartbeat.\n"
     )
-    cause = first_cause(findings(text, "plog"))
-    assert cause is not None and cause.category == Category.DEVICE_FAULT
+    assert first_category(text, "plog") == Category.DEVICE_FAULT
 
 
 def test_a_generic_code_yields_to_the_specific_cause_beside_it() -> None:
