@@ -5,7 +5,7 @@
 
 The corpus is tests/corpus/ (see its README.md): ``dev/`` is what rules are written from,
 ``heldout/`` is only ever scored against. For each part it prints, per form of the lines (raw,
-with a vLLM worker tag, with a rank prefix, with a kubelet prefix):
+with a vLLM worker tag, with a rank prefix, with a kubelet prefix, as Docker json-file records):
 
 - recall with the right category: failure entries with a finding of their category;
 - recall with any category: failure entries with any finding (``unrecognised`` included);

@@ -21,14 +21,18 @@ from ascend_doctor.collectors.logs import read_chunks, source_kind
 from ascend_doctor.core.events import Category, Finding, LogChunk, Severity
 from ascend_doctor.rules.infer import PREFIX as INFERRED
 
-FORMS = ("raw", "vllm", "rank", "kubelet")
-"""raw: as the line is without any posted prefix; then the three prefixes added to each line."""
+FORMS = ("raw", "vllm", "rank", "kubelet", "docker")
+"""raw: as the line is without any posted prefix; then the three prefixes added to each line;
+docker: each line a record of Docker's json-file log driver, as a node running Docker keeps a
+container's output (server-stream entries only: CANN's and the kernel's logs are files of their
+own, read as written)."""
 
 PREFIX = {
     "raw": "",
     "vllm": "(Worker_TP0 pid=1234) ",
     "rank": "[rank0]: ",
     "kubelet": "2026-12-01T10:00:00.123456789Z stderr F ",
+    "docker": "",
 }
 
 # Prefixes a line may have been posted with; stripped (repeatedly: a kubelet prefix may hold a
@@ -113,9 +117,22 @@ def strip_prefixes(line: str) -> str:
 
 
 def in_form(text: str, form: str) -> str:
-    """Every line of ``text`` stripped of its posted prefixes, then given the form's prefix."""
+    """Every line of ``text`` stripped of its posted prefixes, then given the form's prefix
+    (``docker``: written as a json-file record, see :func:`docker_record`)."""
+    lines = [strip_prefixes(line) for line in text.split("\n")]
+    if form == "docker":
+        return "\n".join(docker_record(line) for line in lines)
     prefix = PREFIX[form]
-    return "\n".join(prefix + strip_prefixes(line) for line in text.split("\n"))
+    return "\n".join(prefix + line for line in lines)
+
+
+def docker_record(line: str) -> str:
+    """``line`` as Docker's json-file driver writes it: ``{"log":"<line>\\n","stream":
+    "stderr","time":"..."}``, escaped as Go's encoder does (``<``, ``>`` and ``&`` too;
+    https://docs.docker.com/engine/logging/drivers/json-file/)."""
+    body = json.dumps(line + "\n", ensure_ascii=False)
+    body = body.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    return f'{{"log":{body},"stream":"stderr","time":"2026-12-01T10:00:00.123456789Z"}}'
 
 
 def load_entries(path: Path, prefix: str, *, failures: bool) -> list[Entry]:
@@ -183,7 +200,9 @@ def score_entries(
     result: dict[str, dict[str, Outcome]] = {form: {} for form in FORMS}
     for entry in entries:
         for form in FORMS:
-            result[form][entry.id] = scan_text(in_form(entry.text, form), entry.kind, new_engine)
+            # a container's output is the server's stream: other streams are read as written
+            shown = "raw" if form == "docker" and entry.kind != "server" else form
+            result[form][entry.id] = scan_text(in_form(entry.text, shown), entry.kind, new_engine)
     return result
 
 
