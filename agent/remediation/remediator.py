@@ -67,20 +67,11 @@ class Remediator:
     async def remediate(self, incident_id: int) -> StepResult:
         """Decide and run the next step for an incident; every decision is recorded."""
         store, cfg = self.ctx.store, self.ctx.config
-        try:
-            left = store.inflight()
-        except StoreError as exc:  # fails closed: something may be in flight, nothing acts
-            inc = store.incident(incident_id)
-            why = f"the record of the action in flight is unreadable, failing closed: {exc}"
-            self._record(inc, "plan", Outcome.REFUSED, why, {})
-            return self._escalate(inc, why)
-        if left is not None:
-            # a step that failed after its action ran (a store write): its outcome is not
-            # known, so it is settled as a dead doctor's is, never simply run again
-            await recovery.settle(
-                self.ctx, self.incidents, self.record, left, "a store write failed"
-            )
+        unreadable = await _settle_left(self)
         inc = store.incident(incident_id)
+        if unreadable:  # fails closed: something may be in flight, nothing acts
+            self._record(inc, "plan", Outcome.REFUSED, unreadable, {})
+            return self._escalate(inc, unreadable)
         if inc.state not in (IncidentState.OPEN, IncidentState.MITIGATING):
             return StepResult(restart=False)
         steps = inc.plan
@@ -354,6 +345,22 @@ class Remediator:
         result = ActionResult(name, params, outcome, reason, self.ctx.clock())
         self.ctx.store.add_action(inc.id, result)
         log.warning("incident %d: %s %s: %s", inc.id, name, outcome.value, reason)
+
+
+async def _settle_left(remediator: Remediator) -> str:
+    """Settle an action a step left in flight when it raised after the action ran (a store
+    write failed): its outcome is not known, so it is settled as a dead doctor's is
+    (``recovery.settle``), never simply run again. Returns why nothing may act when the
+    record cannot be read, else ""."""
+    try:
+        left = remediator.ctx.store.inflight()
+    except StoreError as exc:
+        return f"the record of the action in flight is unreadable, failing closed: {exc}"
+    if left is not None:
+        await recovery.settle(
+            remediator.ctx, remediator.incidents, remediator.record, left, "a store write failed"
+        )
+    return ""
 
 
 def _passive(mode: str) -> Outcome:
