@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from ascend_doctor.core import regex
 from ascend_doctor.rules.catalogue import Catalogues, Entry
-from ascend_doctor.rules.parse import Parsed, parse
+from ascend_doctor.rules.parse import Parsed, parsed_at
 from ascend_doctor.rules.stated import harmless
 
 # The number is checked against the catalogue: a keyword before a six-digit number is not
@@ -225,15 +225,13 @@ def _reported(data: bytes, m: re.Match[bytes], parsed: dict[int, Parsed]) -> boo
     only reports it late."""
     line = data.rfind(b"\n", 0, m.start()) + 1
     stop = data.find(b"\n", m.start())
-    p = parsed.get(line)
-    if p is None:
-        p = parsed[line] = parse(data[line : len(data) if stop < 0 else stop])
+    stop = len(data) if stop < 0 else stop
+    p = parsed_at(data, line, stop, parsed)
     if p.level in _NOTICE:
         return False
     if p.level != "WARNING":
         return True
-    message = data[line + p.message : len(data) if stop < 0 else stop]
-    return p.header != "plog" and not harmless(message)
+    return p.header != "plog" and not harmless(data[line + p.message : stop])
 
 
 def device_of(line: bytes) -> str:

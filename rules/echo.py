@@ -25,16 +25,12 @@ def is_request_log(line: bytes) -> bool:
     and its engine-failure input dump."""
     if _ECHO_WORDS.search(line) is None:
         return False
-    return _is_echo(line)
+    return echoed(line, parse(line))
 
 
 def may_echo(data: bytes, start: int, end: int) -> bool:
     """False when ``data[start:end]`` holds none of an echo's words (no copy is made)."""
     return _ECHO_WORDS.search(data, start, end) is not None
-
-
-def _is_echo(line: bytes) -> bool:
-    return echoed(line, parse(line))
 
 
 def echoed(line: bytes, p: Parsed) -> bool:

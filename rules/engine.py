@@ -41,7 +41,7 @@ from ascend_doctor.rules.infer import Model, kind_of, model_for, unit_text
 from ascend_doctor.rules.lines import Lines
 from ascend_doctor.rules.loader import QUIET_WINDOW, Rule, RuleSet, ThresholdRule
 from ascend_doctor.rules.matcher import MAX_LINE, make_prefilter
-from ascend_doctor.rules.parse import Parsed, parse
+from ascend_doctor.rules.parse import Parsed, parsed_at
 from ascend_doctor.rules.unrecognised import UNIT_KEYS, error_units
 
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
@@ -402,10 +402,7 @@ def _rule_key(rule: Rule, index: int) -> tuple[object, ...]:
 def _level_fits(
     levels: frozenset[str], data: bytes, start: int, end: int, parsed: dict[int, Parsed]
 ) -> bool:
-    p = parsed.get(start)
-    if p is None:
-        p = parsed[start] = parse(data[start:end])
-    level = p.level
+    level = parsed_at(data, start, end, parsed).level
     return not level or level in levels
 
 

@@ -16,7 +16,7 @@ from ascend_doctor.rules.codes import CodeHit, device_of
 from ascend_doctor.rules.drain import Templates
 from ascend_doctor.rules.infer import Model, infer, unit_text
 from ascend_doctor.rules.lines import Lines
-from ascend_doctor.rules.parse import Parsed, parse
+from ascend_doctor.rules.parse import Parsed, parsed_at
 from ascend_doctor.rules.unrecognised import Unit, error_units
 
 _DEVICE_CATEGORIES = frozenset(
@@ -160,6 +160,7 @@ def unexplained(
         (first, end) for f, first, end in merged if f.category is not Category.ENGINE_DEAD
     )
     starts = [first for first, _ in covered]
+    parsed = {} if parsed is None else parsed  # shared with unit_finding's key lines
     units = error_units(data, chunk.source, candidates, forced, parsed, chunk.offset == 0)
     out = []
     for i, unit in enumerate(units):
@@ -188,7 +189,7 @@ def unexplained(
             continue  # inside a block a finding already holds
         if not unit.severe and j > 0 and covered[j - 1][1] >= before_lines(data, unit.first, 3):
             continue  # a wrapper line right after an explained error ("ERR00100 ...")
-        finding = unit_finding(chunk, unit, templates, clock, after_n, lines)
+        finding = unit_finding(chunk, unit, templates, clock, after_n, lines, parsed)
         if model is not None and not unit.request:  # one request's failure names no family
             finding = infer(finding, model(), unit_text(data, unit))
         out.append(finding)
@@ -202,11 +203,14 @@ def unit_finding(
     clock: Callable[[], float],
     after_n: int,
     lines: Lines,
+    parsed: dict[int, Parsed],
 ) -> Finding:
-    """One error unit as an ``unrecognised`` finding; its summary is its template."""
+    """One error unit as an ``unrecognised`` finding; its summary is its template.
+    ``parsed``: the chunk's lines parsed already, by their start (the key line is one)."""
     data = chunk.data
-    line = data[unit.key_line : end_of(data, unit.key_line)]
-    text = line[parse(line).message :].decode("utf-8", "replace").strip()
+    end = end_of(data, unit.key_line)
+    p = parsed_at(data, unit.key_line, end, parsed)
+    text = data[unit.key_line + p.message : end].decode("utf-8", "replace").strip()
     template, template_id = templates.template(text)
     first = lines.number(unit.first) if unit.first != unit.key_line else 0
     number = lines.number(unit.key_line)

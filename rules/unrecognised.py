@@ -30,7 +30,7 @@ from ascend_doctor.rules.parse import (
     JSON_ERROR,
     TRACEBACK,
     Parsed,
-    parse,
+    parsed_at,
 )
 from ascend_doctor.rules.stated import (
     CONTINUED_ERROR,
@@ -190,10 +190,7 @@ def _parsed(data: bytes, start: int, parsed: dict[int, Parsed]) -> tuple[bytes, 
     """The line at ``start`` and its fields, parsed once per chunk (``parsed`` is the memo
     the engine shares between its level check and this pass)."""
     line = _line(data, start)
-    p = parsed.get(start)
-    if p is None:
-        p = parsed[start] = parse(line)
-    return line, p
+    return line, parsed_at(data, start, start + len(line), parsed)
 
 
 def _exception_after(data: bytes, start: int, parsed: dict[int, Parsed]) -> int:
