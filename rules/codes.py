@@ -28,7 +28,8 @@ from dataclasses import dataclass
 
 from ascend_doctor.core import regex
 from ascend_doctor.rules.catalogue import Catalogues, Entry
-from ascend_doctor.rules.parse import Parsed, parsed_at
+from ascend_doctor.rules.lines import parsed_at
+from ascend_doctor.rules.parse import Parsed
 from ascend_doctor.rules.stated import harmless
 
 # The number is checked against the catalogue: a keyword before a six-digit number is not

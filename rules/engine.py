@@ -38,10 +38,10 @@ from ascend_doctor.rules.findings import (
     unexplained,
 )
 from ascend_doctor.rules.infer import Model, kind_of, model_for, unit_text
-from ascend_doctor.rules.lines import Lines
+from ascend_doctor.rules.lines import Lines, parsed_at
 from ascend_doctor.rules.loader import QUIET_WINDOW, Rule, RuleSet, ThresholdRule
 from ascend_doctor.rules.matcher import MAX_LINE, make_prefilter
-from ascend_doctor.rules.parse import Parsed, parsed_at
+from ascend_doctor.rules.parse import Parsed
 from ascend_doctor.rules.unrecognised import UNIT_KEYS, error_units
 
 _OPS: dict[str, Callable[[Any, Any], bool]] = {

@@ -15,8 +15,8 @@ from ascend_doctor.rules.catalogue import Entry
 from ascend_doctor.rules.codes import CodeHit, device_of
 from ascend_doctor.rules.drain import Templates
 from ascend_doctor.rules.infer import Model, infer, unit_text
-from ascend_doctor.rules.lines import Lines
-from ascend_doctor.rules.parse import Parsed, parsed_at
+from ascend_doctor.rules.lines import Lines, parsed_at
+from ascend_doctor.rules.parse import Parsed
 from ascend_doctor.rules.unrecognised import Unit, error_units
 
 _DEVICE_CATEGORIES = frozenset(

@@ -1,4 +1,4 @@
-"""The lines of a chunk as evidence: each cut once, numbered incrementally.
+"""The lines of a chunk as evidence: each cut once, numbered incrementally, parsed once.
 
 In a failure-dense log (a crash-looping server's is half failures) every line is evidence of
 several findings (the match, and context of its neighbours'): a line is cut and decoded once
@@ -13,6 +13,7 @@ from bisect import bisect_right
 
 from ascend_doctor.core import newlines
 from ascend_doctor.core.events import LogChunk, LogLine
+from ascend_doctor.rules.parse import Parsed, parse
 
 _STEP = 4096
 """A line numbered after counting more than this many bytes is kept as a landmark."""
@@ -119,4 +120,14 @@ class Lines:
         return line
 
 
-__all__ = ["Lines"]
+def parsed_at(data: bytes, start: int, end: int, memo: dict[int, Parsed]) -> Parsed:
+    """The fields of the line ``data[start:end]``, parsed once per chunk: ``memo`` holds the
+    chunk's lines parsed already, by their start (the engine shares one between its rules'
+    level checks, the code lines and the unrecognised pass)."""
+    p = memo.get(start)
+    if p is None:
+        p = memo[start] = parse(data[start:end])
+    return p
+
+
+__all__ = ["Lines", "parsed_at"]

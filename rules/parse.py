@@ -466,16 +466,6 @@ def _parse(line: bytes) -> Parsed:
     return _no_header(pos)
 
 
-def parsed_at(data: bytes, start: int, end: int, memo: dict[int, Parsed]) -> Parsed:
-    """The fields of the line ``data[start:end]``, parsed once per chunk: ``memo`` holds the
-    chunk's lines parsed already, by their start (the engine shares one between its rules'
-    level checks, the code lines and the unrecognised pass)."""
-    p = memo.get(start)
-    if p is None:
-        p = memo[start] = parse(data[start:end])
-    return p
-
-
 def message(line: bytes) -> bytes:
     """The message of a line: what is left after every prefix and the header."""
     return line[parse(line).message :]
@@ -499,5 +489,4 @@ __all__ = [
     "Parsed",
     "message",
     "parse",
-    "parsed_at",
 ]

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from ascend_doctor.core import regex
 from ascend_doctor.rules.blocks import block_around
 from ascend_doctor.rules.echo import echoed
+from ascend_doctor.rules.lines import parsed_at
 from ascend_doctor.rules.parse import (
     CANN_CODE,
     CANN_TRACE,
@@ -30,7 +31,6 @@ from ascend_doctor.rules.parse import (
     JSON_ERROR,
     TRACEBACK,
     Parsed,
-    parsed_at,
 )
 from ascend_doctor.rules.stated import (
     CONTINUED_ERROR,
